@@ -1,0 +1,36 @@
+"""The interface every inference backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pipeline.tensors import TensorSpec
+
+
+class Engine(ABC):
+    """A loaded model on one backend.
+
+    `inputs` and `outputs` describe the model as loaded (after any dimension rewrite), with dynamic
+    dimensions as `None` or a symbolic name. `infer` runs one batch: feeds by input name, and returns
+    the requested outputs (all of them when `output_names` is None) by name.
+    """
+
+    backend: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @abstractmethod
+    def infer(
+        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    def provider(self) -> str:
+        """What actually runs the model (for logs and metrics), e.g. `CPUExecutionProvider`."""
+        return self.backend

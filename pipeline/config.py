@@ -1,0 +1,342 @@
+"""The job configuration: pydantic models loaded from YAML, with `--set` overrides.
+
+Every model forbids unknown keys and is frozen; every field is described where it is declared, so
+`validate` and the README can be written from this file alone. Task parameters (`model:` keys beside
+`path` and `task`) and composite parameters belong to the task and composite classes in `stages/`:
+they are kept here as extra keys and checked there, since this package knows no model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import ConfigError
+
+SOURCE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Policy(str, Enum):
+    """What a source does when the pipeline has no room for its next frame."""
+
+    BLOCK = "block"
+    """Wait: every frame is processed (files)."""
+    DROP_OLDEST = "drop_oldest"
+    """Keep only the freshest waiting frame; older ones are dropped and counted (live sources)."""
+    DROP_NEWEST = "drop_newest"
+    """Drop the frame just read and keep what is already waiting (live sources)."""
+
+
+class SourceConfig(_Model):
+    id: str = Field(description="Name of the source: the ZeroMQ topic, `{source_id}` in output paths.")
+    uri: str = Field(description="A video file path or file:// URI (anything PyAV opens).")
+    policy: Policy = Field(
+        default=Policy.BLOCK,
+        description="block: process every frame; drop_oldest / drop_newest: drop when behind.",
+    )
+    realtime: bool = Field(
+        default=False, description="Pace a file at its own frame rate instead of as fast as possible."
+    )
+    max_frames: int | None = Field(
+        default=None, ge=1, description="Stop after this many frames (a shorter job on a long file)."
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_name(cls, value: str) -> str:
+        if not SOURCE_ID.match(value):
+            raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
+        return value
+
+
+class ModelConfig(BaseModel):
+    """The model and its task; the task's own parameters sit beside `path` and `task`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    path: str = Field(description="The ONNX model file.")
+    task: str = Field(
+        description="The model family: face_detection, matting, or `package.module:Class`."
+    )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The task parameters: every key but `path` and `task`."""
+        return dict(self.model_extra or {})
+
+
+class Backend(str, Enum):
+    AUTO = "auto"
+    ONNXRUNTIME = "onnxruntime"
+
+
+class EngineConfig(_Model):
+    backend: Backend = Field(
+        default=Backend.AUTO,
+        description="Inference backend; auto picks the best one available on this machine.",
+    )
+    providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = Field(
+        default=("cpu",), description="ONNX Runtime execution providers, in priority order."
+    )
+    threads: int = Field(
+        default=0, ge=0, description="Intra-op threads per infer process; 0 lets the runtime decide."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        default="all", description="ONNX Runtime graph optimisation level."
+    )
+    processes_per_device: int = Field(
+        default=1, ge=1, le=64, description="Infer processes per device (CPU counts as one device)."
+    )
+
+
+class StageConfig(_Model):
+    workers: int = Field(default=1, ge=1, le=64, description="Processes running this stage.")
+
+
+class StagesConfig(_Model):
+    preprocess: StageConfig = Field(default_factory=StageConfig, description="Preprocess stage.")
+    postprocess: StageConfig = Field(default_factory=StageConfig, description="Postprocess stage.")
+    composite: StageConfig = Field(default_factory=StageConfig, description="Composite stage.")
+    on_frame_error: Literal["skip", "fail"] = Field(
+        default="skip",
+        description="A frame a stage fails on: skip passes it on unprocessed (counted, and the "
+        "job exits 1); fail ends the job at once.",
+    )
+
+
+class CompositeConfig(BaseModel):
+    """One drawing step; its parameters belong to the composite `kind`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: str = Field(
+        description="blur, pixelate, boxes (detections); background_replace, background_blur (mattes)."
+    )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class VideoFileOutput(_Model):
+    kind: Literal["video_file"] = Field(description="H.264 MP4 of the composited frames.")
+    path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+    crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
+    preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
+    audio: bool = Field(default=True, description="Copy the source's audio through when it has some.")
+
+
+class JsonlOutput(_Model):
+    kind: Literal["jsonl"] = Field(description="One JSON record per frame.")
+    path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+
+
+class ZmqOutput(_Model):
+    kind: Literal["zmq"] = Field(description="Publish every frame's results on a ZeroMQ socket.")
+    endpoint: str = Field(
+        description="Where to bind, e.g. tcp://127.0.0.1:5560 or ipc:///tmp/framewire.sock."
+    )
+    mode: Literal["pub", "push"] = Field(
+        default="pub",
+        description="pub: fan-out, a slow subscriber loses messages; push: reliable, backpressure.",
+    )
+    jpeg: bool = Field(default=False, description="Append the composited frame as a JPEG part.")
+    jpeg_quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
+    hwm: int = Field(default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks.")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_scheme(cls, value: str) -> str:
+        if not re.match(r"^(tcp|ipc|inproc)://.+", value):
+            raise ValueError("must start with tcp://, ipc:// or inproc://")
+        return value
+
+
+Output = Annotated[VideoFileOutput | JsonlOutput | ZmqOutput, Field(discriminator="kind")]
+
+
+class TransportConfig(_Model):
+    slots_per_source: int = Field(
+        default=16, ge=2, le=1024, description="Frame-pool slots per source: frames in flight."
+    )
+    credits_per_worker: int = Field(
+        default=2, ge=1, le=64, description="Frames a worker may hold at once (1 working, rest queued)."
+    )
+    ipc_dir: str | None = Field(
+        default=None, description="Folder for the ipc:// sockets; a fresh temporary one by default."
+    )
+    shutdown_timeout_s: float = Field(
+        default=10.0, gt=0, description="On SIGINT/SIGTERM: how long to drain before stopping hard."
+    )
+    max_restarts: int = Field(
+        default=5, ge=0, description="Restarts of one stage's workers per minute before the job fails."
+    )
+
+
+class Config(_Model):
+    version: Literal[1] = Field(default=1, description="Config format version.")
+    sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
+    model: ModelConfig = Field(description="The model and its task.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
+    composite: tuple[CompositeConfig, ...] = Field(
+        default=(), description="Drawing steps applied, in order, to each frame before the outputs."
+    )
+    outputs: tuple[Output, ...] = Field(min_length=1, description="Where results go.")
+    stages: StagesConfig = Field(default_factory=StagesConfig, description="Stage workers.")
+    transport: TransportConfig = Field(default_factory=TransportConfig, description="Links and pool.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        seen: set[str] = set()
+        for i, source in enumerate(self.sources):
+            if source.id in seen:
+                raise ValueError(f"sources.{i}.id: duplicate source id {source.id!r}")
+            seen.add(source.id)
+        paths: set[str] = set()
+        endpoints: set[str] = set()
+        for i, out in enumerate(self.outputs):
+            if isinstance(out, VideoFileOutput | JsonlOutput):
+                if len(self.sources) > 1 and "{source_id}" not in out.path:
+                    raise ValueError(
+                        f"outputs.{i}.path: {out.path!r} needs {{source_id}} with several sources"
+                    )
+                if out.path in paths:
+                    raise ValueError(f"outputs.{i}.path: {out.path!r} is written by two outputs")
+                paths.add(out.path)
+            elif isinstance(out, ZmqOutput):
+                if out.endpoint in endpoints:
+                    raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
+                endpoints.add(out.endpoint)
+        return self
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_config(
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None
+) -> Config:
+    """Read a YAML config (or `text`), apply `key.path=value` overrides, validate.
+
+    Raises ConfigError with one line naming the file, the key path and the bad value.
+    """
+    name = str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{name}: cannot read config file: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{name}:{where}: not valid YAML: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    for item in overrides:
+        apply_override(raw, item)
+    return validate_config(raw, name)
+
+
+def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{name}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line for the first error: `key.path: what is wrong (got value)`, plus how many more."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
+    key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
+    msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if first["type"] == "extra_forbidden":
+        line = f"{key}: unknown key"
+    elif first["type"] == "missing":
+        line = f"{key}: required key is missing"
+    elif not loc:
+        line = msg  # a model validator already named the key
+    else:
+        got = first.get("input")
+        shown = _short(got)
+        line = f"{key}: {msg} (got {shown})" if not isinstance(got, dict) else f"{key}: {msg}"
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more)"
+    return line
+
+
+def _is_union_tag(part: object) -> bool:
+    return isinstance(part, str) and part in {"video_file", "jsonl", "zmq"}
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply `a.b.0.c=value` to a raw config mapping; the value is parsed as YAML (`5`, `true`, `[1, 2]`)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key.path=value")
+    key, _, text = item.partition("=")
+    parts = [p for p in key.strip().split(".")]
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError(f"--set {item!r}: empty key in {key!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit():
+                raise ConfigError(f"--set {key}: {where!r} must be a list index")
+            index = int(part)
+            if index > len(node):
+                raise ConfigError(f"--set {key}: index {index} is past the end of a list of {len(node)}")
+            if index == len(node):
+                node.append({} if not last else value)
+            if last:
+                node[index] = value
+            else:
+                if not isinstance(node[index], dict | list):
+                    node[index] = {}
+                node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                child = node.get(part)
+                if not isinstance(child, dict | list):
+                    child = {}
+                    node[part] = child
+                node = child
+        else:
+            raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def resolve_path(template: str, source_id: str) -> str:
+    """An output path with `{source_id}` filled in."""
+    return template.replace("{source_id}", source_id)

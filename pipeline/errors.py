@@ -1,0 +1,37 @@
+"""The one error hierarchy of framewire.
+
+Every error that reaches a user is one of these; its message names the thing at fault (a config key,
+a source, a file) so that one line is enough to act on.
+"""
+
+from __future__ import annotations
+
+
+class FramewireError(Exception):
+    """Base of every error framewire raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(FramewireError, ValueError):
+    """A config file, a `--set` override or a model that does not fit its task: exit code 2."""
+
+    exit_code = 2
+
+
+class UsageError(FramewireError):
+    """Bad command-line usage: exit code 2."""
+
+    exit_code = 2
+
+
+class EngineError(FramewireError):
+    """An inference backend could not be loaded or failed to run."""
+
+
+class SourceError(FramewireError, ConnectionError):
+    """A source could not be opened or read (missing file, not a video, corrupt or truncated)."""
+
+
+class StageError(FramewireError):
+    """A stage worker failed in a way that ends the job (a decode or output process died)."""

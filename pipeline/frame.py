@@ -1,0 +1,131 @@
+"""The frame record stages work on, and the small lifecycle every stage follows."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from pipeline.framepool import FramePool, PoolCache
+
+
+@dataclass
+class Frame:
+    """One frame of one source as it moves through the stages.
+
+    The pixels stay in the frame pool (`region("image")`, `region("input")`, `region("output")`);
+    `tensors` holds the small tensors that travel inline (model outputs, a matte), `meta` what
+    preprocessing tells postprocessing, `result` the task's JSON answer, `timings` when each stage
+    started and finished (seconds since the epoch), `error` why a stage could not process it.
+    """
+
+    source_id: str
+    seq: int
+    pts: int
+    time_s: float
+    width: int
+    height: int
+    slot: int = -1
+    pool: FramePool | None = None
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    timings: dict[str, list[float]] = field(default_factory=dict)
+    error: str | None = None
+    pool_wire: dict[str, Any] | None = None
+
+    def region(self, name: str) -> np.ndarray:
+        """A view of this frame's slot region `name` (image, input, output) in shared memory."""
+        if self.pool is None:
+            raise RuntimeError(f"frame {self.source_id}#{self.seq} has no frame pool")
+        return self.pool.view(self.slot, name)
+
+    def has_region(self, name: str) -> bool:
+        return self.pool is not None and self.pool.has(name)
+
+    # --- wire --------------------------------------------------------------------------------
+
+    def to_header(self) -> dict[str, Any]:
+        head: dict[str, Any] = {
+            "source": self.source_id,
+            "seq": self.seq,
+            "pts": self.pts,
+            "time": self.time_s,
+            "w": self.width,
+            "h": self.height,
+            "slot": self.slot,
+            "ts": self.timings,
+        }
+        if self.pool_wire is not None:
+            head["pool"] = self.pool_wire
+        if self.meta:
+            head["meta"] = self.meta
+        if self.result is not None:
+            head["result"] = self.result
+        if self.error is not None:
+            head["error"] = self.error
+        return head
+
+    @classmethod
+    def from_wire(
+        cls, header: Mapping[str, Any], tensors: dict[str, np.ndarray], pools: PoolCache | None
+    ) -> Frame:
+        pool_wire = header.get("pool")
+        pool = pools.get(pool_wire) if (pools is not None and pool_wire) else None
+        return cls(
+            source_id=str(header["source"]),
+            seq=int(header["seq"]),
+            pts=int(header.get("pts", 0)),
+            time_s=float(header.get("time", 0.0)),
+            width=int(header.get("w", 0)),
+            height=int(header.get("h", 0)),
+            slot=int(header.get("slot", -1)),
+            pool=pool,
+            tensors=tensors,
+            meta=dict(header.get("meta") or {}),
+            result=header.get("result"),
+            timings={k: list(v) for k, v in (header.get("ts") or {}).items()},
+            error=header.get("error"),
+            pool_wire=pool_wire,
+        )
+
+
+@dataclass
+class StageContext:
+    """What a stage gets in its worker process: who it is and what the sources look like."""
+
+    stage: str
+    index: int
+    log: logging.Logger
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Stream info per source id (size, frame rate, time base, uri), known before its first frame."""
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """A stage: built cheaply, started inside its worker, one frame in and zero or more out."""
+
+    def start(self, ctx: StageContext) -> None: ...
+
+    def process(self, frame: Frame) -> Iterable[Frame]: ...
+
+    def flush(self, source_id: str) -> Iterable[Frame]: ...
+
+    def stop(self) -> None: ...
+
+
+class FrameSource(Protocol):
+    """A source the decode worker reads: open it, then frames in order until it ends."""
+
+    def open(self) -> dict[str, Any]:
+        """Stream info (JSON-able): width, height, fps, time_base, frame_count, uri, ..."""
+        ...
+
+    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
+        """(BGR image, pts in time-base units, time in seconds) for each frame."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,82 @@
+"""The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes]`.
+
+`pub` fans out to any number of subscribers; a subscriber that falls behind its high-water mark
+loses messages (ZeroMQ drops them silently, so they are counted here as the sends that could not be
+queued). `push` delivers to one of the connected pullers and applies backpressure: `send` waits
+until a peer can take the message, checking `should_stop` so a stopping daemon never hangs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from pipeline.errors import FramewireError
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    def __init__(self, endpoint: str, mode: str = "pub", hwm: int = 1000) -> None:
+        self.endpoint = endpoint
+        self.mode = mode
+        self.hwm = hwm
+        self.sent = 0
+        self.dropped = 0
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+
+    def open(self) -> None:
+        self._ctx = zmq.Context()
+        kind = zmq.PUB if self.mode == "pub" else zmq.PUSH
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.SNDHWM, self.hwm)
+        sock.setsockopt(zmq.LINGER, 2000)
+        try:
+            sock.bind(self.endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            raise FramewireError(f"zmq output {self.endpoint}: cannot bind: {exc}") from None
+        self._sock = sock
+        log.info("zmq output: %s on %s", self.mode, self.endpoint)
+
+    def send(
+        self,
+        topic: str,
+        header: dict[str, Any],
+        image: bytes | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """Send one message; False when it was dropped (pub behind, or push stopped while waiting)."""
+        assert self._sock is not None, "open() was not called"
+        parts: list[bytes] = [topic.encode(), json.dumps(header, separators=(",", ":")).encode()]
+        if image is not None:
+            parts.append(image)
+        if self.mode == "pub":
+            try:
+                self._sock.send_multipart(parts, zmq.NOBLOCK)
+            except zmq.Again:
+                self.dropped += 1
+                return False
+            self.sent += 1
+            return True
+        while True:  # push: wait for a peer, a tenth of a second at a time
+            if self._sock.poll(100, zmq.POLLOUT):
+                self._sock.send_multipart(parts)
+                self.sent += 1
+                return True
+            if should_stop():
+                self.dropped += 1
+                return False
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None

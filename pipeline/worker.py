@@ -1,0 +1,343 @@
+"""The loop every stage worker process runs, and the decode (source) worker.
+
+A worker connects a DEALER socket to the supervisor's hub, says READY with the number of frames it
+may hold (its credits), and then handles what the hub sends: WORK (one frame: exactly one RESULT or
+FAILED goes back, which is also the credit coming back), STREAM (a source's info, before its first
+frame), EOS (a source ended: flush and answer CLOSED) and STOP. Everything that talks to the
+hardware (sessions, encoders, sockets) is created here, inside the spawned process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from pipeline import messages as msg
+from pipeline.errors import FramewireError
+from pipeline.frame import Frame, FrameSource, Stage, StageContext
+from pipeline.framepool import FramePool, PoolCache, PoolLayout
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 200
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a spawned worker needs; picklable (the factory is a module-level callable)."""
+
+    stage: str
+    index: int
+    generation: int
+    endpoint: str
+    credits: int
+    factory: Callable[[], Any]
+    log_level: int = logging.WARNING
+    source_id: str | None = None
+    source_options: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+
+    @property
+    def identity(self) -> bytes:
+        return f"{self.stage}.{self.index}.{self.generation}".encode()
+
+    @property
+    def title(self) -> str:
+        return f"framewire: {self.label or f'{self.stage}[{self.index}]'}"
+
+
+def _setup_process(spec: WorkerSpec) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(spec.title)
+    except ImportError:  # optional: ps shows python instead
+        pass
+    # Ctrl-C reaches the whole process group; only the supervisor decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    logging.basicConfig(
+        level=spec.log_level, format=f"%(asctime)s {spec.stage}[{spec.index}] %(levelname)s %(message)s"
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if isinstance(exc, FramewireError) else f"{type(exc).__name__}: {text}"
+
+
+def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, spec.identity)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.connect(spec.endpoint)
+    return ctx, sock
+
+
+def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarray] | None = None) -> None:
+    sock.send_multipart(msg.encode(header, tensors), copy=False)
+
+
+class _ParentWatch:
+    """Notices that the supervisor is gone, so an orphaned worker exits instead of waiting forever."""
+
+    def __init__(self) -> None:
+        self.parent = os.getppid()
+
+    def gone(self) -> bool:
+        return os.getppid() != self.parent
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Entry point of a stage worker process (preprocess, infer, postprocess, composite, output)."""
+    _setup_process(spec)
+    ctx, sock = _connect(spec)
+    stage_log = logging.getLogger(f"framewire.{spec.stage}")
+    pools = PoolCache()
+    context = StageContext(spec.stage, spec.index, stage_log)
+    try:
+        stage: Stage = spec.factory()
+        stage.start(context)
+    except BaseException as exc:  # start-up failures stop the worker loudly
+        code = getattr(exc, "exit_code", 1)
+        log.debug("start-up failed", exc_info=True)
+        _send(sock, {"type": msg.FATAL, "error": _one_line(exc), "exit": code})
+        sock.close(linger=2000)
+        ctx.term()
+        os._exit(3)
+    _send(sock, {"type": msg.READY, "stage": spec.stage, "index": spec.index, "credits": spec.credits})
+    watch = _ParentWatch()
+    try:
+        _serve(sock, stage, pools, context.streams, watch, spec)
+    finally:
+        try:
+            stage.stop()
+        finally:
+            pools.close()
+            sock.close(linger=2000)
+            ctx.term()
+
+
+def _serve(
+    sock: zmq.Socket,
+    stage: Stage,
+    pools: PoolCache,
+    streams: dict[str, dict[str, Any]],
+    watch: _ParentWatch,
+    spec: WorkerSpec,
+) -> None:
+    while True:
+        if not sock.poll(POLL_MS):
+            if watch.gone():
+                log.warning("supervisor is gone; exiting")
+                return
+            continue
+        parts = sock.recv_multipart(copy=False)
+        try:
+            header, tensors = msg.decode(parts)
+        except msg.WireError as exc:
+            log.warning("dropped a bad message from the hub: %s", exc)
+            continue
+        kind = header["type"]
+        if kind == msg.WORK:
+            _work(sock, stage, pools, header, tensors, spec)
+        elif kind == msg.STREAM:
+            streams[str(header["source"])] = dict(header["info"])
+        elif kind == msg.EOS:
+            source = str(header["source"])
+            for _ in stage.flush(source):
+                pass
+            _send(sock, {"type": msg.CLOSED, "source": source})
+        elif kind == msg.STOP:
+            return
+
+
+def _work(
+    sock: zmq.Socket,
+    stage: Stage,
+    pools: PoolCache,
+    header: dict[str, Any],
+    tensors: dict[str, np.ndarray],
+    spec: WorkerSpec,
+) -> None:
+    ident = {"source": header.get("source"), "seq": header.get("seq"), "stage": spec.stage}
+    try:
+        frame = Frame.from_wire(header, tensors, pools)
+        started = time.time()
+        outs = list(stage.process(frame))
+        if len(outs) > 1:
+            raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for one")
+        out = outs[0] if outs else frame
+        out.timings[spec.stage] = [started, time.time()]
+        reply = out.to_header()
+        reply.update(type=msg.RESULT, stage=spec.stage)
+        _send(sock, reply, out.tensors if outs else None)
+    except Exception as exc:
+        log.error(
+            "%s failed on source %s seq %s: %s", spec.stage, ident["source"], ident["seq"], _one_line(exc)
+        )
+        log.debug("%s", traceback.format_exc())
+        _send(sock, {"type": msg.FAILED, **ident, "error": _one_line(exc)})
+
+
+# --- the decode worker ---------------------------------------------------------------------------
+
+
+def source_main(spec: WorkerSpec) -> None:
+    """Entry point of a decode process: one per source, filling the slots the hub grants."""
+    _setup_process(spec)
+    ctx, sock = _connect(spec)
+    source_id = spec.source_id or "?"
+    opts = spec.source_options
+    watch = _ParentWatch()
+    reader: FrameSource | None = None
+    sent = 0
+    error: str | None = None
+    try:
+        reader = spec.factory()
+        info = reader.open()
+        _send(sock, {"type": msg.STREAM, "source": source_id, "info": info})
+        sent, error = _pump(sock, reader, source_id, opts, watch)
+    except BaseException as exc:
+        error = _one_line(exc)
+        log.debug("source %s failed", source_id, exc_info=True)
+    finally:
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                log.debug("closing source %s failed", source_id, exc_info=True)
+    eos: dict[str, Any] = {"type": msg.EOS, "source": source_id, "frames": sent}
+    if error:
+        eos["error"] = error
+    _send(sock, eos)
+    sock.close(linger=5000)
+    ctx.term()
+
+
+class _Grants:
+    """Slots the hub has granted this source, and the pool they live in."""
+
+    def __init__(self) -> None:
+        self.free: deque[int] = deque()
+        self.pool: FramePool | None = None
+        self.pool_wire: dict[str, Any] | None = None
+        self.stop = False
+
+    def take(self, header: dict[str, Any]) -> None:
+        kind = header["type"]
+        if kind == msg.POOL:
+            self.pool_wire = dict(header["pool"])
+            self.pool = FramePool.attach(PoolLayout.from_wire(self.pool_wire))
+        elif kind == msg.GRANT:
+            self.free.extend(int(s) for s in header["slots"])
+        elif kind == msg.STOP:
+            self.stop = True
+
+    def drain(self, sock: zmq.Socket, timeout_ms: int) -> None:
+        """Take every message waiting, waiting up to `timeout_ms` for the first."""
+        wait = timeout_ms
+        while sock.poll(wait):
+            try:
+                header, _ = msg.decode(sock.recv_multipart())
+            except msg.WireError as exc:
+                log.warning("dropped a bad message from the hub: %s", exc)
+                continue
+            self.take(header)
+            wait = 0
+
+
+def _pump(
+    sock: zmq.Socket, reader: FrameSource, source_id: str, opts: dict[str, Any], watch: _ParentWatch
+) -> tuple[int, str | None]:
+    policy = opts.get("policy", "block")
+    realtime = bool(opts.get("realtime", False))
+    max_frames = opts.get("max_frames")
+    grants = _Grants()
+    while grants.pool is None and not grants.stop:
+        grants.drain(sock, POLL_MS)
+        if watch.gone():
+            return 0, "supervisor is gone"
+    seq = 0
+    dropped = 0
+    clock_start: float | None = None
+    first_time = 0.0
+    pending: tuple[np.ndarray, int, float, float] | None = None
+    frames = iter(reader.frames())
+    while not grants.stop:
+        if max_frames is not None and seq >= max_frames:
+            break
+        try:
+            image, pts, time_s = next(frames)
+        except StopIteration:
+            break
+        decoded_at = time.time()
+        if realtime:
+            if clock_start is None:
+                clock_start, first_time = time.monotonic(), time_s
+            delay = clock_start + (time_s - first_time) - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        if policy == "block":
+            while not grants.free and not grants.stop:
+                grants.drain(sock, POLL_MS)
+                if watch.gone():
+                    return seq, "supervisor is gone"
+            if grants.stop:
+                break
+            pending = (image, pts, time_s, decoded_at)
+        else:
+            grants.drain(sock, 0)
+            if pending is not None and policy == "drop_oldest":
+                dropped += 1
+                pending = (image, pts, time_s, decoded_at)
+            elif pending is not None:  # drop_newest: keep what waits
+                dropped += 1
+            else:
+                pending = (image, pts, time_s, decoded_at)
+            if not grants.free:
+                continue
+        assert pending is not None and grants.pool is not None
+        image, pts, time_s, decoded_at = pending
+        pending = None
+        slot = grants.free.popleft()
+        target = grants.pool.view(slot, "image")
+        if target.shape != image.shape:
+            raise FramewireError(
+                f"source {source_id}: frame {seq} is {image.shape[1]}x{image.shape[0]}, "
+                f"the stream started at {target.shape[1]}x{target.shape[0]}"
+            )
+        np.copyto(target, image)
+        header = {
+            "type": msg.FRAME,
+            "source": source_id,
+            "seq": seq,
+            "pts": int(pts),
+            "time": float(time_s),
+            "w": int(image.shape[1]),
+            "h": int(image.shape[0]),
+            "slot": slot,
+            "pool": grants.pool_wire,
+            "ts": {"decode": [decoded_at, time.time()]},
+        }
+        if dropped:
+            header["dropped"] = dropped
+            dropped = 0
+        _send(sock, header)
+        seq += 1
+    if dropped:
+        _send(sock, {"type": msg.STATS, "source": source_id, "dropped": dropped})
+    return seq, None

@@ -1,0 +1,1 @@
+"""One module per stage. Stages never import zmq: they get frames and return results."""

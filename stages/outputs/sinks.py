@@ -1,0 +1,136 @@
+"""Output stages: each receives every frame of every source, in order, and closes a source's files
+on that source's end of stream."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import cv2
+
+from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
+from pipeline.errors import FramewireError
+from pipeline.frame import Frame, StageContext
+from pipeline.publish import Publisher
+from stages.decode import StreamInfo
+from stages.outputs.jsonl import JsonlWriter
+from stages.outputs.record import RECORD_VERSION, composited_image, frame_record
+from stages.outputs.video_file import VideoFileWriter
+
+log = logging.getLogger(__name__)
+
+
+class _PerSource:
+    """Shared lifecycle: one writer per source, opened on its first frame, closed on its end."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, dict[str, Any]] = {}
+        self._writers: dict[str, Any] = {}
+
+    def start(self, ctx: StageContext) -> None:
+        self.streams = ctx.streams
+        self.log = ctx.log
+
+    def _open(self, source_id: str) -> Any:
+        raise NotImplementedError
+
+    def writer(self, source_id: str) -> Any:
+        writer = self._writers.get(source_id)
+        if writer is None:
+            writer = self._open(source_id)
+            self._writers[source_id] = writer
+        return writer
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        writer = self._writers.pop(source_id, None)
+        if writer is not None:
+            writer.close()
+        return ()
+
+    def stop(self) -> None:
+        for source_id in list(self._writers):
+            try:
+                self.flush(source_id)
+            except Exception as exc:  # one broken file must not keep the others open
+                log.error("closing the output of source %s failed: %s", source_id, exc)
+
+
+class VideoFileSink(_PerSource):
+    """H.264 MP4 per source, same frame count and timestamps as the source, audio copied through."""
+
+    def __init__(self, config: VideoFileOutput) -> None:
+        super().__init__()
+        self.config = config
+
+    def _open(self, source_id: str) -> VideoFileWriter:
+        info_dict = self.streams.get(source_id)
+        if info_dict is None:
+            raise FramewireError(f"video_file output: no stream info for source {source_id}")
+        info = StreamInfo.from_dict(info_dict)
+        audio = info_dict.get("path") if (self.config.audio and info.has_audio) else None
+        writer = VideoFileWriter(
+            resolve_path(self.config.path, source_id),
+            info,
+            crf=self.config.crf,
+            preset=self.config.preset,
+            audio_from=audio,
+        )
+        writer.open()
+        return writer
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        self.writer(frame.source_id).write(composited_image(frame), frame.pts)
+        return ()
+
+
+class JsonlSink(_PerSource):
+    """One JSON record per frame, per source."""
+
+    def __init__(self, config: JsonlOutput) -> None:
+        super().__init__()
+        self.config = config
+
+    def _open(self, source_id: str) -> JsonlWriter:
+        writer = JsonlWriter(resolve_path(self.config.path, source_id))
+        writer.open()
+        return writer
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        self.writer(frame.source_id).write(frame_record(frame))
+        return ()
+
+
+class ZmqSink:
+    """Publishes `[source_id, header JSON, optional JPEG]` for every frame of every source."""
+
+    def __init__(self, config: ZmqOutput) -> None:
+        self.config = config
+        self.publisher = Publisher(config.endpoint, config.mode, config.hwm)
+
+    def start(self, ctx: StageContext) -> None:
+        self.publisher.open()
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        header = frame_record(frame)
+        image: bytes | None = None
+        if self.config.jpeg:
+            ok, encoded = cv2.imencode(
+                ".jpg", composited_image(frame), [cv2.IMWRITE_JPEG_QUALITY, self.config.jpeg_quality]
+            )
+            if not ok:
+                raise FramewireError(f"zmq output: JPEG encoding failed for {frame.source_id}#{frame.seq}")
+            image = encoded.tobytes()
+            header["image"] = {"format": "jpeg", "bytes": len(image)}
+        self.publisher.send(frame.source_id, header, image)
+        return ()
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        """Tell subscribers the source ended: `{"v": 1, "source": id, "eos": true}`."""
+        self.publisher.send(source_id, {"v": RECORD_VERSION, "source": source_id, "eos": True})
+        return ()
+
+    def stop(self) -> None:
+        if self.publisher.dropped:
+            log.warning("zmq output %s: %d message(s) dropped", self.config.endpoint, self.publisher.dropped)
+        self.publisher.close()

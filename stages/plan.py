@@ -1,0 +1,138 @@
+"""From a validated config to the processes of a job: the one place that wires stages together.
+
+Everything here runs in the supervisor process and must stay cheap: the factories it hands out are
+called inside each spawned worker, where the sessions, encoders and sockets are created.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engines.base import Engine
+from engines.registry import open_engine
+from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
+from pipeline.errors import ConfigError
+from pipeline.supervisor import Plan, SourcePlan
+from stages.composite import Composite, CompositeStage, resolve_composite
+from stages.decode import FileSource
+from stages.infer import Infer
+from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
+from stages.postprocess import Postprocess
+from stages.preprocess import Preprocess
+from stages.tasks import resolve_task
+from stages.tasks.base import Task
+
+
+def build_task(config: Config) -> Task:
+    return resolve_task(config.model.task, config.model.params)
+
+
+def build_composites(config: Config) -> list[Composite]:
+    return [resolve_composite(c.kind, c.params, index) for index, c in enumerate(config.composite)]
+
+
+# Factories: module-level so that spawn can pickle them by reference.
+
+
+def _preprocess(config: Config) -> Preprocess:
+    return Preprocess(build_task(config))
+
+
+def _engine(config: Config) -> Engine:
+    task = build_task(config)
+    return open_engine(config.engine, config.model.path, task.dynamic_axes())
+
+
+def _infer(config: Config) -> Infer:
+    return Infer(build_task(config), functools.partial(_engine, config))
+
+
+def _postprocess(config: Config) -> Postprocess:
+    return Postprocess(build_task(config))
+
+
+def _composite(config: Config) -> CompositeStage:
+    return CompositeStage(build_composites(config))
+
+
+def _output(config: Config, index: int) -> Any:
+    out = config.outputs[index]
+    if isinstance(out, VideoFileOutput):
+        return VideoFileSink(out)
+    if isinstance(out, JsonlOutput):
+        return JsonlSink(out)
+    if isinstance(out, ZmqOutput):
+        return ZmqSink(out)
+    raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
+
+
+def _source(source: SourceConfig) -> FileSource:
+    return FileSource(source.id, source.uri)
+
+
+def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The frame pool regions of a source: its frames, the model input, and the composited frame."""
+    width, height = int(info["width"]), int(info["height"])
+    spec = build_task(config).input_spec(width, height)
+    regions: dict[str, tuple[tuple[int, ...], str]] = {
+        "image": ((height, width, 3), "uint8"),
+        "input": (tuple(int(d) for d in spec.shape), str(spec.dtype)),  # type: ignore[arg-type]
+    }
+    if config.composite:
+        regions["output"] = ((height, width, 3), "uint8")
+    return regions
+
+
+def check(config: Config) -> Task:
+    """Everything `validate` checks without running: task and composite parameters, the model file
+    and that its inputs and outputs fit the task."""
+    from engines.onnx_model import describe
+
+    task = build_task(config)
+    build_composites(config)
+    model = Path(config.model.path)
+    if not model.is_file():
+        raise ConfigError(f"model.path: model file not found: {config.model.path}")
+    inputs, outputs = describe(str(model))
+    task.check_model(inputs, outputs)
+    return task
+
+
+def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
+    check(config)
+    middle: list[tuple[str, int, Any]] = [
+        ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
+        ("infer", config.engine.processes_per_device, functools.partial(_infer, config)),
+        ("postprocess", config.stages.postprocess.workers, functools.partial(_postprocess, config)),
+    ]
+    if config.composite:
+        middle.append(("composite", config.stages.composite.workers, functools.partial(_composite, config)))
+    outputs = tuple(
+        (f"output{i}.{out.kind}", functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
+    )
+    sources = tuple(
+        SourcePlan(
+            s.id,
+            functools.partial(_source, s),
+            {"policy": s.policy.value, "realtime": s.realtime, "max_frames": s.max_frames},
+        )
+        for s in config.sources
+    )
+    t = config.transport
+    return Plan(
+        middle=tuple(middle),
+        outputs=outputs,
+        sources=sources,
+        slot_layout=functools.partial(slot_layout, config),
+        slots_per_source=t.slots_per_source,
+        credits_per_worker=t.credits_per_worker,
+        max_restarts=t.max_restarts,
+        shutdown_timeout_s=t.shutdown_timeout_s,
+        skip_failed_frames=config.stages.on_frame_error == "skip",
+        ipc_dir=t.ipc_dir,
+        log_level=log_level,
+    )

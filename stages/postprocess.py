@@ -1,0 +1,28 @@
+"""Postprocess stage: the task decodes the model outputs into its JSON result (and a matte)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pipeline.frame import Frame, StageContext
+from stages.tasks.base import Task
+
+
+class Postprocess:
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def start(self, ctx: StageContext) -> None:
+        self.log = ctx.log
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        result = self.task.postprocess(frame.tensors, frame.meta, frame.width, frame.height)
+        frame.result = result.data
+        frame.tensors = dict(result.arrays)
+        yield frame
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        return ()
+
+    def stop(self) -> None:
+        return None

@@ -1,0 +1,28 @@
+"""Preprocess stage: the task turns the decoded frame into the model input, in the frame pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pipeline.frame import Frame, StageContext
+from stages.tasks.base import Task
+
+
+class Preprocess:
+    """Writes the model input into the slot's `input` region; passes the task's meta on."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def start(self, ctx: StageContext) -> None:
+        self.log = ctx.log
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        frame.meta = self.task.preprocess(frame.region("image"), frame.region("input"))
+        yield frame
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        return ()
+
+    def stop(self) -> None:
+        return None

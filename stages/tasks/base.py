@@ -1,0 +1,82 @@
+"""What a task (a model family) provides: preprocessing, output decoding and its parameters.
+
+A task is chosen by name in `model.task`; the built-in ones are registered in `stages.tasks`, and a
+user's own task is named as an entry point `package.module:Class`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.tensors import TensorSpec
+
+
+class TaskParams(BaseModel):
+    """Base of a task's parameters (the keys of `model:` beside `path` and `task`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class Result:
+    """A task's answer for one frame.
+
+    `data` is JSON-serialisable and is what subscribers and JSONL files receive (for example
+    `{"faces": [{"box": [x, y, w, h], "score": 0.98, "landmarks": [[x, y], ...]}]}`), in frame pixels.
+    `arrays` holds tensors the composite needs but that are too big or too raw for JSON (a matte).
+    """
+
+    data: dict[str, Any]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """A model family: how to prepare its input and decode its outputs. No engine, no I/O."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[TaskParams]] = TaskParams
+
+    def __init__(self, params: TaskParams) -> None:
+        self.params = params
+
+    @abstractmethod
+    def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
+        """Raise `ConfigError` naming the model tensor that does not fit this task."""
+
+    def dynamic_axes(self) -> dict[str, tuple[int, ...]]:
+        """Input axes that the engine must make dynamic before loading (e.g. height and width)."""
+        return {}
+
+    @property
+    @abstractmethod
+    def input_name(self) -> str:
+        """Name of the model input that `preprocess` fills."""
+
+    @property
+    def output_names(self) -> tuple[str, ...] | None:
+        """Model outputs that `postprocess` needs; None for all of them."""
+        return None
+
+    @abstractmethod
+    def input_spec(self, frame_width: int, frame_height: int) -> TensorSpec:
+        """The model input (batch of one) for frames of this size."""
+
+    @abstractmethod
+    def preprocess(self, frame: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+        """Fill `out` (shaped as `input_spec`) from a BGR uint8 frame; return small JSON-able meta."""
+
+    @abstractmethod
+    def postprocess(
+        self,
+        outputs: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any],
+        frame_width: int,
+        frame_height: int,
+    ) -> Result:
+        """Decode one frame's model outputs (batch dimension of one) into a `Result`."""
