@@ -264,6 +264,11 @@ def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """One line for the first error: `key.path: what is wrong (got value)`, plus how many more."""
     errors = exc.errors(include_url=False)
+    # A failing item also fails its list's length check; the item's own error is the useful one.
+    locs = [tuple(e["loc"]) for e in errors]
+    errors = [
+        e for e in errors if not any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
+    ]
     first = errors[0]
     loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
     key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"

@@ -1,0 +1,177 @@
+"""The supervisor with real spawned processes over ipc://, model-free stages (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
+from tests import fakes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def make_plan(out: Path, sources: dict[str, int], *, infer_workers: int = 2, **overrides: Any) -> Plan:
+    middle = overrides.pop(
+        "middle",
+        (
+            ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
+            ("infer", infer_workers, functools.partial(fakes.passthrough, "inf", 0.01)),
+            ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+        ),
+    )
+    source_kwargs = overrides.pop("source_kwargs", {})
+    return Plan(
+        middle=middle,
+        outputs=(("out", functools.partial(fakes.sink, str(out))),),
+        sources=tuple(
+            SourcePlan(sid, functools.partial(fakes.source, sid, n, **source_kwargs.get(sid, {})), {})
+            for sid, n in sources.items()
+        ),
+        slot_layout=fakes.layout,
+        ipc_dir=None,
+        **overrides,
+    )
+
+
+def records(out: Path, source_id: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / f"{source_id}.jsonl").read_text().splitlines()]
+
+
+def assert_complete(out: Path, source_id: str, frames: int, stages: list[str] | None = None) -> None:
+    recs = records(out, source_id)
+    assert [r["seq"] for r in recs] == list(range(frames))
+    assert [r["pixel"] for r in recs] == [i % 251 for i in range(frames)]
+    if stages is not None:
+        assert all(r["meta"]["seen"] == stages for r in recs)
+    assert (out / f"{source_id}.closed").exists()
+
+
+def kill_when(done_at: int, title: str) -> tuple[Any, list[int]]:
+    killed: list[int] = []
+
+    def progress(done: int, total: int | None) -> None:
+        if done >= done_at and not killed:
+            for child in psutil.Process().children():
+                try:
+                    if " ".join(child.cmdline()).startswith(f"framewire: {title}"):
+                        os.kill(child.pid, signal.SIGKILL)
+                        killed.append(child.pid)
+                        return
+                except psutil.Error:
+                    continue
+
+    return progress, killed
+
+
+def test_several_sources_in_order_with_parallel_workers(tmp_path: Path) -> None:
+    report = Supervisor(make_plan(tmp_path, {"a": 120, "b": 60, "c": 1}, infer_workers=3)).run()
+    assert report.exit_code == 0, report.error
+    assert report.frames == {"a": 120, "b": 60, "c": 1}
+    for sid, n in {"a": 120, "b": 60, "c": 1}.items():
+        assert_complete(tmp_path, sid, n, ["pre", "inf", "post"])
+
+
+def test_slots_bound_frames_in_flight(tmp_path: Path) -> None:
+    report = Supervisor(make_plan(tmp_path, {"a": 80}, slots_per_source=2)).run()
+    assert report.exit_code == 0, report.error
+    assert_complete(tmp_path, "a", 80)
+
+
+@pytest.mark.parametrize("stage", ["preprocess[0]", "infer[0]", "infer[1]", "postprocess[0]"])
+def test_sigkill_of_a_middle_worker_loses_nothing(tmp_path: Path, stage: str) -> None:
+    progress, killed = kill_when(25, stage)
+    report = Supervisor(make_plan(tmp_path, {"a": 150, "b": 40}), progress=progress).run()
+    assert killed, "the worker was not found"
+    assert report.exit_code == 0, report.error
+    assert sum(report.restarts.values()) == 1
+    assert_complete(tmp_path, "a", 150, ["pre", "inf", "post"])
+    assert_complete(tmp_path, "b", 40, ["pre", "inf", "post"])
+
+
+def test_death_of_an_output_ends_the_job_with_an_error(tmp_path: Path) -> None:
+    progress, killed = kill_when(10, "output")
+    plan = make_plan(tmp_path, {"a": 2000}, source_kwargs={"a": {"delay_s": 0.002}})
+    plan = Plan(**{**plan.__dict__, "outputs": (("out", plan.outputs[0][1]),)})
+    started = time.monotonic()
+    report = Supervisor(plan, progress=progress).run()
+    assert killed
+    assert report.exit_code == 1
+    assert report.error == "out worker died (killed by SIGKILL)" or "died (killed by SIGKILL)" in (report.error or "")
+    assert time.monotonic() - started < 30
+
+
+def test_death_of_decode_ends_that_source_and_keeps_its_frames(tmp_path: Path) -> None:
+    progress, killed = kill_when(20, "decode[0]")
+    plan = make_plan(tmp_path, {"a": 5000, "b": 50}, source_kwargs={"a": {"delay_s": 0.002}})
+    report = Supervisor(plan, progress=progress).run()
+    assert killed
+    assert report.exit_code == 1
+    assert "decode worker for source a died" in (report.error or "")
+    recs = records(tmp_path, "a")
+    assert [r["seq"] for r in recs] == list(range(len(recs))) and len(recs) == report.frames["a"]
+    assert_complete(tmp_path, "b", 50)
+
+
+def test_a_failing_source_does_not_stop_the_others(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"bad": 100, "good": 70}, source_kwargs={"bad": {"fail_at": 30}})
+    report = Supervisor(plan).run()
+    assert report.exit_code == 1
+    assert report.error == "RuntimeError: source bad: synthetic failure at frame 30"
+    assert_complete(tmp_path, "bad", 30)
+    assert_complete(tmp_path, "good", 70)
+
+
+def test_start_up_failure_is_fatal_with_its_message(tmp_path: Path) -> None:
+    middle = (("infer", 2, fakes.failing_start),)
+    started = time.monotonic()
+    report = Supervisor(make_plan(tmp_path, {"a": 10}, middle=middle)).run()
+    assert report.exit_code == 1
+    assert report.error == "model.path: fake engine cannot load broken.onnx"
+    assert time.monotonic() - started < 30
+
+
+def test_a_frame_that_fails_is_passed_on_and_counted(tmp_path: Path) -> None:
+    middle = (("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
+    report = Supervisor(make_plan(tmp_path, {"a": 20}, middle=middle)).run()
+    assert report.exit_code == 1 and report.failed == {"a": 1}
+    recs = records(tmp_path, "a")
+    assert [r["seq"] for r in recs] == list(range(20))
+    assert recs[7]["error"] == "postprocess: ValueError: post refuses frame 7"
+    assert recs[6]["error"] is None
+
+
+def test_fail_policy_ends_the_job(tmp_path: Path) -> None:
+    middle = (("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
+    report = Supervisor(make_plan(tmp_path, {"a": 20}, middle=middle, skip_failed_frames=False)).run()
+    assert report.exit_code == 1
+    assert "postprocess failed on source a frame 7" in (report.error or "")
+
+
+def test_stop_request_drains_and_closes(tmp_path: Path) -> None:
+    holder: dict[str, Supervisor] = {}
+
+    def progress(done: int, total: int | None) -> None:
+        if done == 15:
+            holder["sup"].request_stop()
+
+    plan = make_plan(tmp_path, {"a": 100000, "b": 100000}, source_kwargs={"a": {"delay_s": 0.001}})
+    sup = Supervisor(plan, progress=progress)
+    holder["sup"] = sup
+    started = time.monotonic()
+    report: Report = sup.run()
+    assert report.exit_code == 0, report.error
+    assert report.stopped
+    assert time.monotonic() - started < 20
+    for sid in ("a", "b"):
+        recs = records(tmp_path, sid)
+        assert [r["seq"] for r in recs] == list(range(len(recs)))
+        assert (tmp_path / f"{sid}.closed").exists()

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Config, Policy, apply_override, load_config, resolve_path
+from pipeline.errors import ConfigError
+
+pytestmark = pytest.mark.timeout(30)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+MINIMAL = """
+sources:
+  - id: cam0
+    uri: clip.mp4
+model:
+  path: model.onnx
+  task: face_detection
+outputs:
+  - kind: jsonl
+    path: out/{source_id}.jsonl
+"""
+
+
+def load(text: str, *overrides: str) -> Config:
+    return load_config("test.yaml", overrides, text=text)
+
+
+def error_of(text: str, *overrides: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(text, *overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("name", ["default.yaml", "matting.yaml"])
+def test_shipped_configs_load(name: str) -> None:
+    config = load_config(ROOT / "configs" / name)
+    assert config.sources and config.outputs
+
+
+def test_defaults() -> None:
+    config = load(MINIMAL)
+    source = config.sources[0]
+    assert source.policy is Policy.BLOCK and source.realtime is False
+    assert config.engine.processes_per_device == 1
+    assert config.model.params == {}
+
+
+def test_task_parameters_sit_beside_path_and_task() -> None:
+    config = load(MINIMAL.replace("task: face_detection", "task: face_detection\n  score_threshold: 0.5"))
+    assert config.model.params == {"score_threshold": 0.5}
+
+
+def test_unknown_key_is_named() -> None:
+    message = error_of(MINIMAL.replace("uri: clip.mp4", "uri: clip.mp4\n    polcy: block"))
+    assert message == "test.yaml: sources.0.polcy: unknown key"
+
+
+def test_wrong_type_names_key_and_value() -> None:
+    message = error_of(MINIMAL + "engine:\n  threads: two\n")
+    assert message.startswith("test.yaml: engine.threads:")
+    assert "'two'" in message
+
+
+def test_bad_enum_names_value() -> None:
+    message = error_of(MINIMAL.replace("uri: clip.mp4", "uri: clip.mp4\n    policy: blok"))
+    assert "sources.0.policy" in message and "'blok'" in message
+
+
+def test_missing_required_key() -> None:
+    message = error_of(MINIMAL.replace("    uri: clip.mp4\n", ""))
+    assert message == "test.yaml: sources.0.uri: required key is missing"
+
+
+def test_bad_output_kind_and_endpoint() -> None:
+    assert "outputs.0" in error_of(MINIMAL.replace("kind: jsonl", "kind: jsonnl"))
+    bad = MINIMAL + "  - kind: zmq\n    endpoint: localhost:5560\n"
+    assert "outputs.1.zmq.endpoint" in error_of(bad) or "outputs.1.endpoint" in error_of(bad)
+
+
+def test_duplicate_source_ids() -> None:
+    text = MINIMAL.replace("sources:\n", "sources:\n  - id: cam0\n    uri: other.mp4\n")
+    assert "sources.1.id: duplicate source id 'cam0'" in error_of(text)
+
+
+def test_several_sources_need_source_id_in_paths() -> None:
+    text = MINIMAL.replace("sources:\n", "sources:\n  - id: cam1\n    uri: other.mp4\n").replace(
+        "out/{source_id}.jsonl", "out/all.jsonl"
+    )
+    assert "outputs.0.path" in error_of(text)
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    assert "not valid YAML" in error_of("sources: [\n")
+    assert "top level must be a mapping" in error_of("- a\n- b\n")
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_set_overrides_scalars_lists_and_new_items() -> None:
+    config = load(
+        MINIMAL,
+        "sources.0.uri=other.mp4",
+        "engine.threads=3",
+        "sources.0.realtime=true",
+        "sources.1.id=cam1",
+        "sources.1.uri=b.mp4",
+        "model.score_threshold=0.6",
+    )
+    assert config.sources[0].uri == "other.mp4"
+    assert config.engine.threads == 3
+    assert config.sources[0].realtime is True
+    assert config.sources[1].id == "cam1"
+    assert config.model.params["score_threshold"] == 0.6
+
+
+def test_set_errors() -> None:
+    raw: dict = {"sources": [{"id": "a"}]}
+    with pytest.raises(ConfigError, match="expected key.path=value"):
+        apply_override(raw, "sources.0.uri")
+    with pytest.raises(ConfigError, match="past the end"):
+        apply_override(raw, "sources.5.uri=x")
+    with pytest.raises(ConfigError, match="must be a list index"):
+        apply_override(raw, "sources.first.uri=x")
+    assert "engine.threads" in error_of(MINIMAL, "engine.threads=-1")
+
+
+def test_resolve_path() -> None:
+    assert resolve_path("out/{source_id}.mp4", "cam0") == "out/cam0.mp4"

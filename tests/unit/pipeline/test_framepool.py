@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from pipeline.framepool import FramePool, PoolCache, PoolLayout
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def layout(slots: int = 3) -> PoolLayout:
+    return PoolLayout.plan(
+        f"framewire-test-{uuid.uuid4().hex[:8]}",
+        slots,
+        {"image": ((5, 7, 3), "uint8"), "input": ((1, 3, 4, 4), "float32")},
+    )
+
+
+def test_regions_are_aligned_and_separate() -> None:
+    lay = layout()
+    image, tensor = lay.regions
+    assert image.offset == 0 and tensor.offset % 4096 == 0 and tensor.offset >= image.nbytes
+    assert lay.slot_bytes >= tensor.offset + tensor.nbytes
+    assert PoolLayout.from_wire(lay.to_wire()) == lay
+
+
+def test_attached_pool_shares_memory_and_owner_unlinks() -> None:
+    lay = layout()
+    owner = FramePool.create(lay)
+    try:
+        cache = PoolCache()
+        other = cache.get(lay.to_wire())
+        assert cache.get(lay.to_wire()) is other
+        owner.view(1, "image")[:] = 9
+        owner.view(2, "input")[:] = 1.5
+        assert int(other.view(1, "image").sum()) == 9 * 5 * 7 * 3
+        assert other.view(0, "image").sum() == 0
+        np.testing.assert_array_equal(other.view(2, "input"), np.full((1, 3, 4, 4), 1.5, np.float32))
+        with pytest.raises(IndexError):
+            other.view(3, "image")
+        cache.close()
+        assert os.path.exists(FramePool.path_of(lay.name))
+    finally:
+        owner.close()
+    assert not os.path.exists(FramePool.path_of(lay.name))
