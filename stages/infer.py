@@ -19,6 +19,9 @@ class Infer:
 
     def start(self, ctx: StageContext) -> None:
         self.engine = self._open_engine()
+        # The model as loaded (after any dimension rewrite) must fit the task; this also tells the
+        # task which outputs it needs, so the others never leave this process.
+        self.task.check_model(self.engine.inputs, self.engine.outputs)
         ctx.log.info("infer[%d]: %s on %s", ctx.index, self.engine.backend, self.engine.provider)
 
     def process(self, frame: Frame) -> Iterable[Frame]:

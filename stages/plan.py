@@ -97,7 +97,7 @@ def check(config: Config) -> Task:
     model = Path(config.model.path)
     if not model.is_file():
         raise ConfigError(f"model.path: model file not found: {config.model.path}")
-    inputs, outputs = describe(str(model))
+    inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
     return task
 

@@ -1,0 +1,336 @@
+"""Composites: draw a task's Result onto its frame, in place.
+
+A composite reads and writes only the BGR uint8 frame it is given (no frame history), so it can run on
+any worker in any order. Detection composites act on `Result.data["faces"]` and ignore results without
+it; matte composites need `Result.arrays["alpha"]` and fail loudly without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
+
+from pipeline.errors import ConfigError
+from pipeline.frame import Frame, StageContext
+from stages.tasks import validation_error
+from stages.tasks.base import Result
+
+logger = logging.getLogger(__name__)
+
+Channel = Annotated[int, Field(ge=0, le=255)]
+BGR = tuple[Channel, Channel, Channel]
+
+# Gaussian kernels wider than this are applied on a downscaled copy: same look, bounded cost.
+_MAX_DIRECT_KERNEL = 31
+
+
+class CompositeParams(BaseModel):
+    """Base of a composite's parameters (one entry of `composite:` in the config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Composite(ABC):
+    """Draws one kind of result onto a frame."""
+
+    kind: ClassVar[str]
+    Params: ClassVar[type[CompositeParams]] = CompositeParams
+
+    def __init__(self, params: CompositeParams) -> None:
+        self.params = params
+
+    @abstractmethod
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        """Draw `result` onto `frame` (BGR uint8 HxWx3) in place."""
+
+
+# --- detections -----------------------------------------------------------------------------------
+
+
+class FaceRegionParams(CompositeParams):
+    """Parameters shared by composites that alter each face box."""
+
+    expand: float = Field(
+        0.15, ge=0.0, le=2.0, description="Grow each box by this fraction of its size on every side."
+    )
+
+
+class BlurParams(FaceRegionParams):
+    """Keys of a `blur` composite."""
+
+    kind: Literal["blur"] = Field("blur", description="Gaussian blur of each face.")
+    strength: float = Field(
+        0.5,
+        gt=0.0,
+        le=2.0,
+        description="Gaussian kernel size as a fraction of the (expanded) box size; made odd.",
+    )
+
+
+class PixelateParams(FaceRegionParams):
+    """Keys of a `pixelate` composite."""
+
+    kind: Literal["pixelate"] = Field("pixelate", description="Pixelate each face.")
+    blocks: int = Field(8, ge=1, le=256, description="Blocks along each side of a face box.")
+
+
+class BoxesParams(CompositeParams):
+    """Keys of a `boxes` composite."""
+
+    kind: Literal["boxes"] = Field("boxes", description="Outline each face.")
+    color: BGR = Field((0, 255, 0), description="Line colour as [b, g, r], 0-255.")
+    thickness: int = Field(2, ge=1, le=64, description="Line thickness in pixels.")
+    landmarks: bool = Field(True, description="Also draw the five landmarks.")
+    score: bool = Field(True, description="Also write the score above the box.")
+
+
+class Blur(Composite):
+    """Blur each face box (expanded by `expand`) with a kernel proportional to its size."""
+
+    kind: ClassVar[str] = "blur"
+    Params: ClassVar[type[CompositeParams]] = BlurParams
+    params: BlurParams
+
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        for x0, y0, x1, y1 in _face_regions(frame, result, self.params.expand):
+            region = frame[y0:y1, x0:x1]
+            kx = _odd(self.params.strength * (x1 - x0))
+            ky = _odd(self.params.strength * (y1 - y0))
+            region[...] = _gaussian(region, kx, ky)
+
+
+class Pixelate(Composite):
+    """Replace each face box (expanded by `expand`) with `blocks` x `blocks` flat blocks."""
+
+    kind: ClassVar[str] = "pixelate"
+    Params: ClassVar[type[CompositeParams]] = PixelateParams
+    params: PixelateParams
+
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        for x0, y0, x1, y1 in _face_regions(frame, result, self.params.expand):
+            region = frame[y0:y1, x0:x1]
+            width, height = x1 - x0, y1 - y0
+            blocks_x, blocks_y = min(self.params.blocks, width), min(self.params.blocks, height)
+            small = cv2.resize(region, (blocks_x, blocks_y), interpolation=cv2.INTER_AREA)
+            region[...] = cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST)
+
+
+class Boxes(Composite):
+    """Outline each face, with its landmarks and score if asked."""
+
+    kind: ClassVar[str] = "boxes"
+    Params: ClassVar[type[CompositeParams]] = BoxesParams
+    params: BoxesParams
+
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        color = tuple(int(c) for c in self.params.color)
+        thickness = self.params.thickness
+        for face in result.data.get("faces", ()):
+            x, y, w, h = (round(float(v)) for v in face["box"])
+            cv2.rectangle(frame, (x, y), (x + w, y + h), color, thickness, cv2.LINE_AA)
+            if self.params.landmarks:
+                for px, py in face.get("landmarks", ()):
+                    center = (round(float(px)), round(float(py)))
+                    cv2.circle(frame, center, thickness + 1, color, -1, cv2.LINE_AA)
+            if self.params.score and "score" in face:
+                origin = (x, max(y - 2 * thickness, 12))
+                cv2.putText(frame, f"{face['score']:.2f}", origin, cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1)
+
+
+# --- mattes ---------------------------------------------------------------------------------------
+
+
+class BackgroundReplaceParams(CompositeParams):
+    """Keys of a `background_replace` composite."""
+
+    kind: Literal["background_replace"] = Field(
+        "background_replace", description="Replace the background (alpha below 1) by a colour or image."
+    )
+    color: BGR = Field((0, 255, 0), description="Background colour as [b, g, r], 0-255.")
+    image: FilePath | None = Field(
+        None, description="Background image file (read once, resized to the frame); wins over color."
+    )
+
+
+class BackgroundBlurParams(CompositeParams):
+    """Keys of a `background_blur` composite."""
+
+    kind: Literal["background_blur"] = Field(
+        "background_blur", description="Blur the background (alpha below 1)."
+    )
+    strength: float = Field(
+        0.05,
+        gt=0.0,
+        le=1.0,
+        description="Gaussian kernel size as a fraction of the frame's longer side; made odd.",
+    )
+
+
+class BackgroundReplace(Composite):
+    """Blend the frame over a colour or an image, weighted by the matte."""
+
+    kind: ClassVar[str] = "background_replace"
+    Params: ClassVar[type[CompositeParams]] = BackgroundReplaceParams
+    params: BackgroundReplaceParams
+
+    def __init__(self, params: CompositeParams) -> None:
+        super().__init__(params)
+        self._image: np.ndarray | None = None
+        self._resized: np.ndarray | None = None
+        if self.params.image is not None:
+            self._image = _read_image(self.params.image, self.kind)
+
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        weights = _alpha_weights(frame, result, self.kind)
+        _blend(frame, self._background(frame), weights)
+
+    def _background(self, frame: np.ndarray) -> np.ndarray:
+        height, width = frame.shape[:2]
+        resized = self._resized
+        if resized is None or resized.shape[:2] != (height, width):
+            if self._image is not None:
+                resized = cv2.resize(self._image, (width, height), interpolation=cv2.INTER_AREA)
+            else:
+                resized = np.empty_like(frame)
+                resized[...] = np.asarray(self.params.color, dtype=np.uint8)
+            self._resized = resized
+        return resized
+
+
+class BackgroundBlur(Composite):
+    """Blend the frame over a blurred copy of itself, weighted by the matte."""
+
+    kind: ClassVar[str] = "background_blur"
+    Params: ClassVar[type[CompositeParams]] = BackgroundBlurParams
+    params: BackgroundBlurParams
+
+    def apply(self, frame: np.ndarray, result: Result) -> None:
+        weights = _alpha_weights(frame, result, self.kind)
+        kernel = _odd(self.params.strength * max(frame.shape[:2]))
+        _blend(frame, _gaussian(frame, kernel, kernel), weights)
+
+
+# --- registry -------------------------------------------------------------------------------------
+
+COMPOSITES: dict[str, type[Composite]] = {
+    cls.kind: cls for cls in (Blur, Pixelate, Boxes, BackgroundReplace, BackgroundBlur)
+}
+"""Composite kinds by name."""
+
+
+def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> Composite:
+    """The composite `kind` built from its config entry; errors name `composite.<index>.<key>`."""
+    cls = COMPOSITES.get(kind)
+    if cls is None:
+        raise ConfigError(
+            f"composite.{index}.kind: unknown composite {kind!r} (one of {', '.join(COMPOSITES)})"
+        )
+    entry = dict(params)
+    entry.setdefault("kind", kind)
+    try:
+        validated = cls.Params.model_validate(entry)
+    except ValidationError as exc:
+        raise validation_error(exc, f"composite.{index}") from None
+    return cls(validated)
+
+
+# --- stage ----------------------------------------------------------------------------------------
+
+
+class CompositeStage:
+    """The composite stage: copies the decoded image into the slot's `output` region and draws the
+    frame's result onto it with each composite in order, so outputs can show either image."""
+
+    def __init__(self, composites: Sequence[Composite]) -> None:
+        self.composites = tuple(composites)
+
+    def start(self, ctx: StageContext) -> None:
+        self.log = ctx.log
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        image = frame.region("image")
+        if frame.has_region("output"):
+            canvas = frame.region("output")
+            np.copyto(canvas, image)
+        else:
+            canvas = image
+        result = Result(data=frame.result or {}, arrays=frame.tensors)
+        for composite in self.composites:
+            composite.apply(canvas, result)
+        frame.tensors = {}  # drawn: the outputs need the pixels and the JSON result, not the matte
+        yield frame
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        return ()
+
+    def stop(self) -> None:
+        return None
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _odd(size: float) -> int:
+    """An odd kernel size of at least 3 near `size`."""
+    return max(3, int(size) | 1)
+
+
+def _gaussian(image: np.ndarray, kx: int, ky: int) -> np.ndarray:
+    """Gaussian blur with a (kx, ky) kernel; wide kernels run on a downscaled copy."""
+    factor = max(kx, ky) // _MAX_DIRECT_KERNEL + 1
+    height, width = image.shape[:2]
+    if factor == 1 or min(width, height) < 2 * factor:
+        return cv2.GaussianBlur(image, (kx, ky), 0)
+    small = cv2.resize(image, (width // factor, height // factor), interpolation=cv2.INTER_AREA)
+    small = cv2.GaussianBlur(small, (_odd(kx / factor), _odd(ky / factor)), 0)
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
+
+
+def _face_regions(frame: np.ndarray, result: Result, expand: float) -> Iterator[tuple[int, int, int, int]]:
+    """(x0, y0, x1, y1) of each face box grown by `expand`, clipped to the frame; slivers skipped."""
+    height, width = frame.shape[:2]
+    for face in result.data.get("faces", ()):
+        x, y, w, h = (float(v) for v in face["box"])
+        x0 = max(0, int(np.floor(x - expand * w)))
+        y0 = max(0, int(np.floor(y - expand * h)))
+        x1 = min(width, int(np.ceil(x + w + expand * w)))
+        y1 = min(height, int(np.ceil(y + h + expand * h)))
+        if x1 - x0 >= 2 and y1 - y0 >= 2:
+            yield x0, y0, x1, y1
+
+
+def _alpha_weights(frame: np.ndarray, result: Result, kind: str) -> np.ndarray:
+    """The matte resized to the frame as float32 weights in [0, 1], one per pixel and channel."""
+    alpha = result.arrays.get("alpha")
+    if alpha is None:
+        raise ConfigError(
+            f"composite {kind!r} needs a matte (Result.arrays['alpha']) but the task gave none; "
+            f"use it with a matting task"
+        )
+    height, width = frame.shape[:2]
+    if alpha.shape[:2] != (height, width):
+        alpha = cv2.resize(alpha, (width, height), interpolation=cv2.INTER_LINEAR)
+    if alpha.dtype == np.uint8:
+        return alpha.astype(np.float32) * np.float32(1.0 / 255.0)
+    # A user task may hand over a float matte already in [0, 1].
+    return np.clip(alpha.astype(np.float32), 0.0, 1.0)
+
+
+def _blend(frame: np.ndarray, background: np.ndarray, weights: np.ndarray) -> None:
+    """frame = frame * w + background * (1 - w), rounded, in place."""
+    mixed = cv2.blendLinear(frame, background, weights, np.float32(1.0) - weights)
+    np.copyto(frame, mixed)
+
+
+def _read_image(path: Path, kind: str) -> np.ndarray:
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ConfigError(f"composite {kind!r}: cannot read image {str(path)!r}")
+    return image

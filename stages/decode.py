@@ -1,0 +1,358 @@
+"""Reading one video source with PyAV: what the stream is, then every frame as BGR in order.
+
+No processes and no sockets here; the decode worker wraps a `VideoReader`. Files are read strictly:
+corrupt data and files that end early raise `SourceError` instead of silently losing frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import av
+import av.container
+import av.video.stream
+import cv2
+import numpy as np
+
+from pipeline.errors import SourceError
+
+logger = logging.getLogger(__name__)
+
+_FALLBACK_FPS = Fraction(25)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
+_BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
+_JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
+
+
+def redact(uri: str) -> str:
+    """`uri` fit for logs and messages: the user:password of a URL becomes `***`."""
+    match = _SCHEME.match(uri)
+    if not match:
+        return uri
+    rest = uri[match.end() :]
+    # Everything up to the last "@" before the query is user info; a password may hold "/" or "@".
+    head = re.split(r"[?#]", rest, maxsplit=1)[0]
+    at = head.rfind("@")
+    if at < 0:
+        return uri
+    return f"{match.group(0)}***@{rest[at + 1:]}"
+
+
+def local_path(uri: str) -> str | None:
+    """The file path that `uri` names (a plain path or a file:// URI), or None for other schemes."""
+    match = _SCHEME.match(uri)
+    if not match:
+        return uri
+    if match.group(1).lower() != "file":
+        return None
+    parts = urlsplit(uri)
+    return unquote(parts.path) if not parts.netloc or parts.netloc == "localhost" else None
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What a source holds, found at open; sent over the wire, so `to_dict()` is plain JSON."""
+
+    source_id: str
+    uri: str  # redacted: safe to log and to send
+    width: int
+    height: int
+    fps: Fraction  # average frame rate, or a guess when the container has none
+    time_base: Fraction  # unit of every pts of this source
+    frame_count: int | None  # from the container; None when it does not say (mkv, live)
+    duration_s: float | None
+    has_audio: bool
+    audio_codec: str | None
+    is_file: bool
+
+    @property
+    def frame_duration(self) -> int:
+        """One frame's duration in time_base units (at least 1)."""
+        return max(1, round(1 / (self.fps * self.time_base)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: Fractions become "num/den" strings."""
+        return {
+            "source_id": self.source_id,
+            "uri": self.uri,
+            "width": self.width,
+            "height": self.height,
+            "fps": f"{self.fps.numerator}/{self.fps.denominator}",
+            "time_base": f"{self.time_base.numerator}/{self.time_base.denominator}",
+            "frame_count": self.frame_count,
+            "duration_s": self.duration_s,
+            "has_audio": self.has_audio,
+            "audio_codec": self.audio_codec,
+            "is_file": self.is_file,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamInfo:
+        """Inverse of `to_dict()`; a missing key or a bad fraction raises ValueError naming it."""
+        try:
+            return cls(
+                source_id=str(data["source_id"]),
+                uri=str(data["uri"]),
+                width=int(data["width"]),
+                height=int(data["height"]),
+                fps=Fraction(data["fps"]),
+                time_base=Fraction(data["time_base"]),
+                frame_count=None if data["frame_count"] is None else int(data["frame_count"]),
+                duration_s=None if data["duration_s"] is None else float(data["duration_s"]),
+                has_audio=bool(data["has_audio"]),
+                audio_codec=data["audio_codec"],
+                is_file=bool(data["is_file"]),
+            )
+        except KeyError as err:
+            raise ValueError(f"StreamInfo: missing key {err.args[0]!r}") from err
+        except (TypeError, ValueError, ZeroDivisionError) as err:
+            raise ValueError(f"StreamInfo: bad value in {dict(data)!r}: {err}") from err
+
+
+@dataclass(slots=True)
+class DecodedFrame:
+    """One decoded frame: BGR uint8 HxWx3 (C-contiguous) and its strictly increasing pts."""
+
+    image: np.ndarray
+    pts: int  # in StreamInfo.time_base units
+    time_s: float  # pts * time_base
+    index: int  # 0-based, in presentation order
+
+
+class VideoReader:
+    """Opens one source and yields its frames in order; `close()` releases it.
+
+    Usage: `info = reader.open()`, then `for frame in reader.frames(): ...`, then `reader.close()`
+    (or use it as a context manager, which opens and closes it).
+    """
+
+    def __init__(
+        self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None
+    ) -> None:
+        """Cheap: nothing is opened. `options` go to FFmpeg for non-file URIs (e.g. rtsp_transport)."""
+        self.source_id = source_id
+        self.uri = uri
+        self.options = dict(options or {})
+        self._container: av.container.InputContainer | None = None
+        self._stream: av.video.stream.VideoStream | None = None
+        self._info: StreamInfo | None = None
+        self._reading = False
+
+    @property
+    def info(self) -> StreamInfo:
+        """The StreamInfo found by `open()`."""
+        if self._info is None:
+            raise SourceError(f"source {self.source_id}: not open")
+        return self._info
+
+    def open(self) -> StreamInfo:
+        """Open the source and describe it; raises SourceError naming the source and the URI."""
+        self.close()  # opening again starts over
+        self._reading = False
+        shown = redact(self.uri)
+        path = local_path(self.uri)
+        if path is not None and not os.path.isfile(path):
+            what = "is a directory" if os.path.isdir(path) else "file not found"
+            raise SourceError(f"source {self.source_id}: {what}: {shown}")
+        try:
+            if path is not None:
+                container = av.open(path, mode="r")
+            else:
+                container = av.open(self.uri, mode="r", options=self.options)
+        except (av.FFmpegError, OSError) as err:
+            reason = getattr(err, "strerror", None) or type(err).__name__
+            raise SourceError(
+                f"source {self.source_id}: cannot open {shown}: not a readable video ({reason})"
+            ) from err
+        if not container.streams.video:
+            container.close()
+            raise SourceError(f"source {self.source_id}: no video stream in {shown}")
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        self._container, self._stream = container, stream
+        self._info = self._describe(container, stream, shown, is_file=path is not None)
+        logger.info(
+            "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
+            self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
+            self._info.frame_count, self._info.audio_codec,
+        )
+        return self._info
+
+    def frames(self) -> Iterator[DecodedFrame]:
+        """Decode every frame in order as BGR, with strictly increasing pts.
+
+        A frame without pts, or whose pts does not increase, gets the previous pts plus one frame
+        duration. Corrupt data raises SourceError naming the frame index; a file that yields fewer
+        frames than its container declares raises SourceError ("truncated") after the last good frame.
+        """
+        info = self.info
+        container, stream = self._container, self._stream
+        if container is None or stream is None or self._reading:
+            raise SourceError(f"source {self.source_id}: frames() is read once, between open() and close()")
+        self._reading = True
+        step = info.frame_duration
+        index = 0
+        last_pts: int | None = None
+        derived = 0
+        try:
+            for frame in container.decode(stream):
+                pts = next_pts(frame.pts, last_pts, step)
+                derived += pts != frame.pts
+                last_pts = pts
+                image = to_bgr(frame)
+                yield DecodedFrame(image, pts, float(pts * info.time_base), index)
+                index += 1
+        except av.FFmpegError as err:
+            reason = getattr(err, "strerror", None) or type(err).__name__
+            raise SourceError(
+                f"source {self.source_id}: decode error at frame {index}: {reason}"
+            ) from err
+        if derived:
+            logger.warning(
+                "source %s: %s of %s frames had no usable pts; derived them from the frame rate",
+                self.source_id, derived, index,
+            )
+        self._check_complete(index, last_pts)
+        logger.info("source %s: end of stream after %s frames", self.source_id, index)
+
+    def close(self) -> None:
+        """Release the container; harmless to call twice."""
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+            self._stream = None
+
+    def __enter__(self) -> VideoReader:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _describe(
+        self,
+        container: av.container.InputContainer,
+        stream: av.video.stream.VideoStream,
+        shown: str,
+        *,
+        is_file: bool,
+    ) -> StreamInfo:
+        fps = stream.average_rate or stream.guessed_rate or stream.base_rate
+        if not fps:
+            logger.warning(
+                "source %s: no frame rate in %s; assuming %s", self.source_id, shown, _FALLBACK_FPS
+            )
+            fps = _FALLBACK_FPS
+        time_base = stream.time_base or Fraction(1, 90000)
+        if stream.duration:
+            duration_s: float | None = float(stream.duration * time_base)
+        elif container.duration:
+            duration_s = container.duration / av.time_base
+        else:
+            duration_s = None
+        audio = container.streams.audio[0] if container.streams.audio else None
+        return StreamInfo(
+            source_id=self.source_id,
+            uri=shown,
+            width=stream.codec_context.width,
+            height=stream.codec_context.height,
+            fps=Fraction(fps),
+            time_base=Fraction(time_base),
+            frame_count=stream.frames or None,
+            duration_s=duration_s,
+            has_audio=audio is not None,
+            audio_codec=audio.codec_context.codec.canonical_name if audio is not None else None,
+            is_file=is_file,
+        )
+
+    def _check_complete(self, decoded: int, last_pts: int | None) -> None:
+        """Raise SourceError when a file ended before what its container declares."""
+        info = self.info
+        if not info.is_file:
+            return
+        if info.frame_count is not None:
+            if decoded < info.frame_count:
+                raise SourceError(
+                    f"source {self.source_id}: truncated: decoded {decoded} of {info.frame_count} frames"
+                )
+            return
+        # Without a frame count (mkv) the declared duration is the only hint of a cut-short file.
+        if info.duration_s is None:
+            return
+        covered = 0.0
+        if last_pts is not None:
+            covered = float((last_pts - self._stream_start() + info.frame_duration) * info.time_base)
+        if info.duration_s - covered > max(0.5, 0.1 * info.duration_s):
+            raise SourceError(
+                f"source {self.source_id}: truncated: decoded {decoded} frames, "
+                f"{covered:.2f} s of {info.duration_s:.2f} s"
+            )
+
+    def _stream_start(self) -> int:
+        stream = self._stream
+        return stream.start_time if stream is not None and stream.start_time is not None else 0
+
+
+def next_pts(raw: int | None, last: int | None, step: int) -> int:
+    """`raw` when it is known and after `last`; otherwise `last + step` (0 for a first frame).
+
+    AVI, raw streams and some MPEG-4 Part 2 files give frames without pts or with repeated ones; the
+    writer needs strictly increasing pts, so they are derived from the previous one and the frame rate.
+    """
+    if raw is None:
+        return 0 if last is None else last + step
+    if last is not None and raw <= last:
+        return last + step
+    return raw
+
+
+def to_bgr(frame: av.VideoFrame) -> np.ndarray:
+    """A decoded frame as a C-contiguous HxWx3 BGR uint8 array.
+
+    8-bit 4:2:0 BT.601 limited-range frames of even size go through OpenCV: decode plus conversion
+    measured 2.2x faster than libswscale's bgr24 path (bikes.mp4 1849 vs 816 fps, 720p 727 vs 323 fps
+    on 2 cores), within 3-5 levels of it. Everything else goes through libswscale, which honours the
+    frame's colour space and range.
+    """
+    if (
+        frame.format.name == "yuv420p"
+        and frame.width % 2 == 0
+        and frame.height % 2 == 0
+        and frame.colorspace in _BT601_COLORSPACES
+        and frame.color_range != _JPEG_RANGE
+    ):
+        return cv2.cvtColor(frame.to_ndarray(), cv2.COLOR_YUV2BGR_I420)
+    return np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+
+
+class FileSource:
+    """A `VideoReader` as the decode worker reads it (`pipeline.frame.FrameSource`): plain dicts and tuples.
+
+    `open()` returns `StreamInfo.to_dict()` plus, for a local file, `"path"`: its absolute path, which
+    the video_file output needs to copy the audio (the `uri` there is redacted, never used to open).
+    """
+
+    def __init__(self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None) -> None:
+        self.reader = VideoReader(source_id, uri, options=options)
+
+    def open(self) -> dict[str, Any]:
+        info = self.reader.open().to_dict()
+        path = local_path(self.reader.uri)
+        if path is not None:
+            info["path"] = os.path.abspath(path)
+        return info
+
+    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
+        for frame in self.reader.frames():
+            yield frame.image, frame.pts, frame.time_s
+
+    def close(self) -> None:
+        self.reader.close()

@@ -1,0 +1,240 @@
+"""Composites: where they change pixels, how matte blending ends at its extremes, config errors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.frame import Frame, StageContext
+from stages.composite import COMPOSITES, Composite, CompositeStage, resolve_composite
+from stages.tasks.base import Result
+
+pytestmark = pytest.mark.timeout(60)
+
+FACE = {"box": [100.0, 60.0, 80.0, 100.0], "score": 0.97, "landmarks": [[130.0, 100.0]] * 5}
+
+
+def _noise(height: int = 272, width: int = 640, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _changed(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    return (before != after).any(axis=2)
+
+
+def _alpha(value: int, shape: tuple[int, int] = (320, 320)) -> Result:
+    return Result(data={"matte": {}}, arrays={"alpha": np.full(shape, value, dtype=np.uint8)})
+
+
+def test_registry_has_every_kind() -> None:
+    assert sorted(COMPOSITES) == ["background_blur", "background_replace", "blur", "boxes", "pixelate"]
+    for kind in COMPOSITES:
+        composite = resolve_composite(kind, {})
+        assert isinstance(composite, Composite) and composite.kind == kind
+        assert all(f.description for f in type(composite.params).model_fields.values())
+
+
+@pytest.mark.parametrize("kind", ["blur", "pixelate"])
+def test_face_composites_change_pixels_only_inside_the_expanded_box(kind: str) -> None:
+    frame = _noise()
+    before = frame.copy()
+    resolve_composite(kind, {"expand": 0.25}).apply(frame, Result(data={"faces": [FACE]}))
+
+    inside = np.zeros(frame.shape[:2], dtype=bool)
+    inside[35:185, 80:200] = True  # box 100..180 x 60..160 grown by 25 %: 80..200 x 35..185
+    changed = _changed(before, frame)
+    assert not changed[~inside].any()
+    assert changed[inside].mean() > 0.9
+
+
+@pytest.mark.parametrize("kind", ["blur", "pixelate"])
+def test_face_composites_clip_boxes_at_the_frame_edge(kind: str) -> None:
+    frame = _noise()
+    before = frame.copy()
+    face = {"box": [600.0, -20.0, 80.0, 60.0], "score": 0.9}
+    resolve_composite(kind, {"expand": 0.0}).apply(frame, Result(data={"faces": [face]}))
+    changed = _changed(before, frame)
+    assert changed[:40, 600:].mean() > 0.9
+    changed[:40, 600:] = False
+    assert not changed.any()
+
+
+def test_pixelate_makes_flat_blocks() -> None:
+    frame = _noise()
+    face = {"box": [0.0, 0.0, 64.0, 64.0], "score": 0.9}
+    resolve_composite("pixelate", {"expand": 0.0, "blocks": 4}).apply(frame, Result({"faces": [face]}))
+    block = frame[16:32, 32:48].reshape(-1, 3)
+    assert (block == block[0]).all()
+
+
+@pytest.mark.parametrize("kind", ["blur", "pixelate", "boxes"])
+def test_detection_composites_ignore_results_without_faces(kind: str) -> None:
+    frame = _noise()
+    before = frame.copy()
+    resolve_composite(kind, {}).apply(frame, Result(data={"matte": {"mean": 0.5}}))
+    resolve_composite(kind, {}).apply(frame, Result(data={"faces": []}))
+    np.testing.assert_array_equal(frame, before)
+
+
+def test_boxes_draws_the_outline_in_its_colour_and_leaves_the_rest() -> None:
+    frame = np.zeros((272, 640, 3), dtype=np.uint8)
+    composite = resolve_composite("boxes", {"color": [255, 0, 0], "thickness": 3, "score": False})
+    composite.apply(frame, Result(data={"faces": [FACE]}))
+    assert frame[110, 100].tolist() == [255, 0, 0]  # left edge of the box
+    assert frame[160, 140].tolist() == [255, 0, 0]  # bottom edge
+    assert frame[100, 130].tolist() == [255, 0, 0]  # landmark
+    assert not frame[80:140, 110:125].any()  # inside, away from edges and landmarks
+    changed = frame.any(axis=2)
+    assert not changed[:55].any() and not changed[:, 190:].any()
+
+
+def test_apply_touches_only_the_frame_it_is_given() -> None:
+    parent = _noise()
+    before = parent.copy()
+    view = parent[50:150, 200:400]
+    face = {"box": [0.0, 0.0, 100.0, 100.0], "score": 0.9}
+    assert resolve_composite("blur", {}).apply(view, Result(data={"faces": [face]})) is None
+    changed = _changed(before, parent)
+    assert changed[50:150, 200:400].any()
+    changed[50:150, 200:400] = False
+    assert not changed.any()
+
+
+def test_background_replace_with_full_alpha_leaves_the_frame_unchanged() -> None:
+    frame = _noise()
+    before = frame.copy()
+    resolve_composite("background_replace", {}).apply(frame, _alpha(255))
+    np.testing.assert_array_equal(frame, before)
+
+
+def test_background_replace_with_zero_alpha_gives_the_colour() -> None:
+    frame = _noise()
+    resolve_composite("background_replace", {"color": [10, 20, 30]}).apply(frame, _alpha(0))
+    assert (frame == np.array([10, 20, 30], dtype=np.uint8)).all()
+
+
+def test_background_replace_blends_by_alpha() -> None:
+    frame = np.full((100, 120, 3), 200, dtype=np.uint8)
+    resolve_composite("background_replace", {"color": [0, 0, 0]}).apply(frame, _alpha(51))
+    assert (np.abs(frame.astype(int) - 40) <= 1).all()  # 200 * 0.2
+
+
+def test_background_replace_with_an_image(tmp_path: Path) -> None:
+    image = np.zeros((20, 40, 3), dtype=np.uint8)
+    image[:, 20:] = (0, 0, 255)
+    path = tmp_path / "bg.png"
+    assert cv2.imwrite(str(path), image)
+    composite = resolve_composite("background_replace", {"image": str(path)})
+
+    frame = _noise(100, 200)
+    composite.apply(frame, _alpha(0))
+    assert (frame[:, :90] == 0).all()
+    assert (frame[:, 110:] == (0, 0, 255)).all()
+
+
+def test_background_replace_image_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"composite\.3\.image: .*no_such\.png"):
+        resolve_composite("background_replace", {"image": str(tmp_path / "no_such.png")}, 3)
+    not_an_image = tmp_path / "notes.png"
+    not_an_image.write_bytes(b"not a png")
+    with pytest.raises(ConfigError, match="cannot read image"):
+        resolve_composite("background_replace", {"image": str(not_an_image)})
+
+
+def test_background_blur_at_the_alpha_extremes() -> None:
+    composite = resolve_composite("background_blur", {"strength": 0.05})
+    frame = _noise()
+    before = frame.copy()
+    composite.apply(frame, _alpha(255))
+    np.testing.assert_array_equal(frame, before)
+
+    composite.apply(frame, _alpha(0))
+    assert frame.std() < before.std() / 4  # noise is smoothed everywhere
+
+
+@pytest.mark.parametrize("kind", ["background_replace", "background_blur"])
+def test_matte_composites_fail_without_alpha(kind: str) -> None:
+    with pytest.raises(ConfigError, match=f"composite '{kind}' needs a matte"):
+        resolve_composite(kind, {}).apply(_noise(), Result(data={"faces": [FACE]}))
+
+
+def test_unknown_kind_names_the_index() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_composite("sparkle", {}, 2)
+    assert str(info.value).startswith("composite.2.kind: unknown composite 'sparkle'")
+    assert "blur" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "fragments"),
+    [
+        ("blur", {"expand": -1}, ["composite.1.expand", "-1"]),
+        ("boxes", {"color": [0, 300, 0]}, ["composite.1.color.1", "300"]),
+        ("pixelate", {"blocks": 0}, ["composite.1.blocks", "0"]),
+        ("blur", {"radius": 3}, ["composite.1.radius", "Extra inputs"]),
+        ("blur", {"kind": "pixelate"}, ["composite.1.kind", "'pixelate'"]),
+    ],
+)
+def test_param_errors_name_the_key_path(kind: str, params: dict, fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_composite(kind, params, 1)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_config_entry_may_carry_its_kind() -> None:
+    composite = resolve_composite("pixelate", {"kind": "pixelate", "blocks": 4}, 0)
+    assert composite.params.blocks == 4  # type: ignore[attr-defined]
+
+
+class _FakePool:
+    """The two frame-pool calls a stage makes, over plain arrays."""
+
+    def __init__(self, **regions: np.ndarray) -> None:
+        self.regions = regions
+
+    def view(self, slot: int, name: str) -> np.ndarray:
+        return self.regions[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.regions
+
+
+def _frame(pool: _FakePool, result: dict | None, tensors: dict | None = None) -> Frame:
+    fake: Any = pool
+    return Frame("cam", 7, 0, 0.0, 640, 272, slot=0, pool=fake, result=result, tensors=tensors or {})
+
+
+def test_stage_draws_into_output_and_keeps_the_decoded_image() -> None:
+    image = _noise()
+    original = image.copy()
+    output = np.zeros_like(image)
+    stage = CompositeStage([resolve_composite("pixelate", {}), resolve_composite("boxes", {}, 1)])
+    stage.start(StageContext("composite", 0, logging.getLogger("test")))
+
+    frame = _frame(_FakePool(image=image, output=output), {"faces": [FACE]})
+    assert list(stage.process(frame)) == [frame]
+
+    np.testing.assert_array_equal(image, original)
+    changed = _changed(original, output)
+    assert changed[35:185, 80:200].any()
+    changed[30:190, 75:205] = False  # the expanded box plus the outline's antialiasing
+    assert not changed.any()
+    assert list(stage.flush("cam")) == []
+    stage.stop()
+
+
+def test_stage_passes_the_matte_to_matte_composites() -> None:
+    image = _noise()
+    output = np.empty_like(image)
+    stage = CompositeStage([resolve_composite("background_replace", {"color": [1, 2, 3]})])
+    alpha = np.zeros((320, 320), np.uint8)
+    list(stage.process(_frame(_FakePool(image=image, output=output), {"matte": {}}, {"alpha": alpha})))
+    assert (output == np.array([1, 2, 3], np.uint8)).all()
