@@ -12,6 +12,7 @@ Exit codes: 0 done, 1 runtime failure, 2 bad config or usage.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -24,6 +25,11 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 
 log = logging.getLogger("framewire")
+
+# Further commands live beside the code they drive. Each module has
+# `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
+# with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--timeout", type=float, default=0.0, help="exit after this many idle seconds")
     subscribe.add_argument("--until-eos", action="store_true", help="exit once every source seen has ended")
     subscribe.add_argument("--save-images", metavar="DIR", help="write the JPEG parts into DIR")
+
+    for module_name in COMMAND_MODULES:
+        module = importlib.import_module(module_name)
+        module.register(sub, _config_args)
     return parser
 
 
@@ -81,7 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if command == "subscribe":
             return _subscribe(args)
-        raise AssertionError(command)
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            raise AssertionError(command)
+        return int(handler(args))
     except FramewireError as exc:
         if args.debug:
             raise

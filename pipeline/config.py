@@ -97,6 +97,12 @@ class EngineConfig(_Model):
     processes_per_device: int = Field(
         default=1, ge=1, le=64, description="Infer processes per device (CPU counts as one device)."
     )
+    max_batch: int = Field(
+        default=1, ge=1, le=256, description="Dynamic batching: frames (of any source) per inference."
+    )
+    max_delay_ms: float = Field(
+        default=2.0, ge=0, le=1000, description="Dynamic batching: how long a batch waits to fill."
+    )
 
 
 class StageConfig(_Model):

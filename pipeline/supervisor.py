@@ -64,6 +64,8 @@ class Plan:
     """Regions of a slot for a source, from its stream info: {"image": ((h, w, 3), "uint8"), ...}."""
     slots_per_source: int = 16
     credits_per_worker: int = 2
+    stage_credits: Mapping[str, int] = field(default_factory=dict)
+    """Credits for the workers of one stage, where they differ (a batching infer stage)."""
     restartable: frozenset[str] = frozenset({"preprocess", "infer", "postprocess", "composite"})
     max_restarts: int = 5
     shutdown_timeout_s: float = 10.0
@@ -229,7 +231,7 @@ class Supervisor:
         for name, count, factory in self.plan.middle:
             self._by_stage[name] = []
             for index in range(count):
-                self._spawn(name, index, 0, factory, worker_main)
+                self._spawn(name, index, 0, factory, worker_main, credits=self.plan.stage_credits.get(name))
         for index, (name, factory) in enumerate(self.plan.outputs):
             self._by_stage[name] = []
             self._spawn(

@@ -139,20 +139,28 @@ def _serve(
     watch: _ParentWatch,
     spec: WorkerSpec,
 ) -> None:
+    batch_limit = int(getattr(stage, "max_batch", 1) or 1) if hasattr(stage, "process_batch") else 1
+    delay_s = float(getattr(stage, "max_delay_ms", 0.0) or 0.0) / 1000.0
+    backlog: deque[tuple[dict[str, Any], dict[str, np.ndarray]]] = deque()
     while True:
-        if not sock.poll(POLL_MS):
-            if watch.gone():
-                log.warning("supervisor is gone; exiting")
-                return
-            continue
-        parts = sock.recv_multipart(copy=False)
-        try:
-            header, tensors = msg.decode(parts)
-        except msg.WireError as exc:
-            log.warning("dropped a bad message from the hub: %s", exc)
-            continue
+        if backlog:
+            header, tensors = backlog.popleft()
+        else:
+            if not sock.poll(POLL_MS):
+                if watch.gone():
+                    log.warning("supervisor is gone; exiting")
+                    return
+                continue
+            received = _receive(sock)
+            if received is None:
+                continue
+            header, tensors = received
         kind = header["type"]
-        if kind == msg.WORK:
+        if kind == msg.WORK and batch_limit > 1:
+            batch = [(header, tensors)]
+            _collect(sock, batch, backlog, batch_limit, delay_s)
+            _work_batch(sock, stage, pools, batch, spec)
+        elif kind == msg.WORK:
             _work(sock, stage, pools, header, tensors, spec)
         elif kind == msg.STREAM:
             streams[str(header["source"])] = dict(header["info"])
@@ -163,6 +171,42 @@ def _serve(
             _send(sock, {"type": msg.CLOSED, "source": source})
         elif kind == msg.STOP:
             return
+
+
+def _receive(sock: zmq.Socket) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    parts = sock.recv_multipart(copy=False)
+    try:
+        return msg.decode(parts)
+    except msg.WireError as exc:
+        log.warning("dropped a bad message from the hub: %s", exc)
+        return None
+
+
+def _collect(
+    sock: zmq.Socket,
+    batch: list[tuple[dict[str, Any], dict[str, np.ndarray]]],
+    backlog: deque[tuple[dict[str, Any], dict[str, np.ndarray]]],
+    limit: int,
+    delay_s: float,
+) -> None:
+    """Dynamic batching: add waiting WORK to `batch` until it is full or `delay_s` has passed since
+    its first frame. Other messages keep their order in `backlog`, after the batch."""
+    while backlog and len(batch) < limit and backlog[0][0]["type"] == msg.WORK:
+        batch.append(backlog.popleft())
+    if backlog:
+        return
+    deadline = time.monotonic() + delay_s
+    while len(batch) < limit:
+        remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        if not sock.poll(remaining_ms):
+            return
+        received = _receive(sock)
+        if received is None:
+            continue
+        if received[0]["type"] != msg.WORK:
+            backlog.append(received)  # e.g. EOS: it must not overtake the frames before it
+            return
+        batch.append(received)
 
 
 def _work(
@@ -182,15 +226,54 @@ def _work(
             raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for one")
         out = outs[0] if outs else frame
         out.timings[spec.stage] = [started, time.time()]
-        reply = out.to_header()
-        reply.update(type=msg.RESULT, stage=spec.stage)
-        _send(sock, reply, out.tensors if outs else None)
+        _reply(sock, out, spec, with_tensors=bool(outs))
     except Exception as exc:
-        log.error(
-            "%s failed on source %s seq %s: %s", spec.stage, ident["source"], ident["seq"], _one_line(exc)
-        )
-        log.debug("%s", traceback.format_exc())
-        _send(sock, {"type": msg.FAILED, **ident, "error": _one_line(exc)})
+        _failed(sock, ident, exc)
+
+
+def _work_batch(
+    sock: zmq.Socket,
+    stage: Any,
+    pools: PoolCache,
+    batch: list[tuple[dict[str, Any], dict[str, np.ndarray]]],
+    spec: WorkerSpec,
+) -> None:
+    """Run `stage.process_batch` on several frames at once; one RESULT (or FAILED) per frame."""
+    frames: list[Frame] = []
+    for header, tensors in batch:
+        ident = {"source": header.get("source"), "seq": header.get("seq"), "stage": spec.stage}
+        try:
+            frames.append(Frame.from_wire(header, tensors, pools))
+        except Exception as exc:
+            _failed(sock, ident, exc)
+    if not frames:
+        return
+    started = time.time()
+    try:
+        outs = list(stage.process_batch(frames))
+        if len(outs) != len(frames):
+            raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for {len(frames)}")
+    except Exception as exc:
+        for frame in frames:
+            _failed(sock, {"source": frame.source_id, "seq": frame.seq, "stage": spec.stage}, exc)
+        return
+    finished = time.time()
+    for out in outs:
+        out.timings[spec.stage] = [started, finished]
+        out.meta["batch"] = len(frames)
+        _reply(sock, out, spec, with_tensors=True)
+
+
+def _reply(sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bool) -> None:
+    reply = frame.to_header()
+    reply.update(type=msg.RESULT, stage=spec.stage)
+    _send(sock, reply, frame.tensors if with_tensors else None)
+
+
+def _failed(sock: zmq.Socket, ident: dict[str, Any], exc: BaseException) -> None:
+    log.error("%s failed on source %s seq %s: %s", ident["stage"], ident["source"], ident["seq"], _one_line(exc))
+    log.debug("%s", traceback.format_exc())
+    _send(sock, {"type": msg.FAILED, **ident, "error": _one_line(exc)})
 
 
 # --- the decode worker ---------------------------------------------------------------------------

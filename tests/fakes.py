@@ -147,3 +147,25 @@ def failing_start() -> FailingStart:
 
 def layout(source_id: str, info: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
     return {"image": ((int(info["height"]), int(info["width"]), 3), "uint8")}
+
+
+class BatchingPassthrough(Passthrough):
+    """A middle stage with `process_batch`: records the batch size it saw in each frame's meta."""
+
+    def __init__(self, name: str, max_batch: int, max_delay_ms: float) -> None:
+        super().__init__(name)
+        self.max_batch = max_batch
+        self.max_delay_ms = max_delay_ms
+
+    def process_batch(self, frames: list[Frame]) -> list[Frame]:
+        time.sleep(0.01)  # slower than the source, so frames wait and batches fill
+        out = []
+        for frame in frames:
+            (processed,) = self.process(frame)
+            processed.meta = {**processed.meta, "batch_seen": len(frames)}
+            out.append(processed)
+        return out
+
+
+def batching(name: str, max_batch: int, max_delay_ms: float = 5.0) -> BatchingPassthrough:
+    return BatchingPassthrough(name, max_batch, max_delay_ms)

@@ -175,3 +175,19 @@ def test_stop_request_drains_and_closes(tmp_path: Path) -> None:
         recs = records(tmp_path, sid)
         assert [r["seq"] for r in recs] == list(range(len(recs)))
         assert (tmp_path / f"{sid}.closed").exists()
+
+
+def test_dynamic_batching_across_sources_keeps_every_frame_in_order(tmp_path: Path) -> None:
+    middle = (
+        ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
+        ("infer", 1, functools.partial(fakes.batching, "inf", 4, 20.0)),
+    )
+    plan = make_plan(tmp_path, {"a": 60, "b": 60, "c": 60}, middle=middle, stage_credits={"infer": 8})
+    report = Supervisor(plan).run()
+    assert report.exit_code == 0, report.error
+    sizes = []
+    for sid in ("a", "b", "c"):
+        assert_complete(tmp_path, sid, 60, ["pre", "inf"])
+        sizes += [r["meta"]["batch_seen"] for r in records(tmp_path, sid)]
+    assert max(sizes) == 4 and all(1 <= s <= 4 for s in sizes)
+    assert sum(sizes) / len(sizes) > 2  # three sources feed one slow worker: batches fill
