@@ -105,9 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from pipeline.config import load_config
+    from pipeline.config import load_config, resolve_inputs
 
-    return load_config(args.config, args.overrides)
+    return resolve_inputs(load_config(args.config, args.overrides), [ROOT])
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -194,6 +194,7 @@ def _subscribe(args: argparse.Namespace) -> int:
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.SUB if args.mode == "sub" else zmq.PULL)
+    sock.setsockopt(zmq.RECONNECT_IVL, 20)  # started before the daemon: catch its first frames
     try:
         sock.connect(args.endpoint)
     except zmq.ZMQError as exc:

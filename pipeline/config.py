@@ -351,3 +351,23 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 def resolve_path(template: str, source_id: str) -> str:
     """An output path with `{source_id}` filled in."""
     return template.replace("{source_id}", source_id)
+
+
+def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
+    """Relative input paths (`model.path`, file sources) that do not exist from the current folder
+    but do under one of `roots` (the project), resolved there: the shipped configs then run from
+    anywhere. Output paths stay relative to the current folder."""
+
+    def find(path: str) -> str:
+        if "://" in path or Path(path).is_absolute() or Path(path).exists():
+            return path
+        for root in roots:
+            candidate = Path(root) / path
+            if candidate.exists():
+                return str(candidate)
+        return path
+
+    sources = tuple(s.model_copy(update={"uri": find(s.uri)}) for s in config.sources)
+    model = config.model.model_copy(update={"path": find(config.model.path)})
+    return config.model_copy(update={"sources": sources, "model": model})
+

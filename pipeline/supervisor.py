@@ -125,6 +125,7 @@ class _Source:
     eos_queued: bool = False
     next_out: int = 0
     reorder: dict[int, Key] = field(default_factory=dict)
+    ungranted: list[int] = field(default_factory=list)
     closed: set[str] = field(default_factory=set)
     done_frames: int = 0
     failed: int = 0
@@ -163,6 +164,7 @@ class Supervisor:
         self._stop_requested = 0
         self._stop_deadline: float | None = None
         self._bad_messages = 0
+        self._started = False
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._ipc_dir = ""
@@ -351,6 +353,7 @@ class Supervisor:
         for source in self._sources.values():  # an output learns the streams before their frames
             if source.info is not None and worker.stage in self._output_names:
                 self._send(worker, {"type": msg.STREAM, "source": source.plan.source_id, "info": source.info})
+        self._grant_when_ready()
 
     def _on_stream(self, worker: _Worker, header: dict[str, Any], _: dict[str, np.ndarray]) -> None:
         source = self._sources[worker.spec.source_id or ""]
@@ -369,11 +372,25 @@ class Supervisor:
             layout.total_bytes / 2**20,
         )
         self._send(worker, {"type": msg.POOL, "source": source.plan.source_id, "pool": layout.to_wire()})
-        self._send(worker, {"type": msg.GRANT, "slots": list(range(layout.slots))})
+        source.ungranted = list(range(layout.slots))
+        self._grant_when_ready()
         for name in self._output_names:
             for out in self._by_stage.get(name, []):
                 if out.ready:
                     self._send(out, {"type": msg.STREAM, "source": source.plan.source_id, "info": info})
+
+    def _grant_when_ready(self) -> None:
+        """Sources get their slots once every stage has a worker up: frames then never wait on a
+        process start, and a zmq output has bound its socket before the first frame."""
+        if not self._started:
+            names = self._stage_names + self._output_names
+            if not all(any(w.ready for w in self._by_stage.get(n, [])) for n in names):
+                return
+            self._started = True
+        for source in self._sources.values():
+            if source.ungranted and source.worker is not None and not source.worker.finished:
+                self._send(source.worker, {"type": msg.GRANT, "slots": source.ungranted})
+                source.ungranted = []
 
     def _on_frame(self, worker: _Worker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         source = self._sources[worker.spec.source_id or ""]

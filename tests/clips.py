@@ -33,6 +33,7 @@ def make_clip(
     audio_codec: str | None = None,
     pattern: str = "moving",
     faststart: bool = False,
+    from_clip: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write a clip of `frames` frames (container from the suffix) and return its path.
 
@@ -42,8 +43,12 @@ def make_clip(
     accepts. `pattern="moving"` draws a bright square moving over a gradient, so every frame differs;
     "flat" is a plain grey. `audio` adds a 440 Hz tone as long as the video: AAC in mp4/mkv/mov and
     pcm_s16le in avi unless `audio_codec` says otherwise. `faststart` puts an MP4's index first, so a
-    truncated copy still opens.
+    truncated copy still opens. `from_clip` takes the pictures from that clip instead (resized to
+    `width` x `height`, at most `frames` of them), so a real face can travel in any container.
     """
+    pictures = _pictures(from_clip, width, height, frames) if from_clip is not None else None
+    if pictures is not None:
+        frames = len(pictures)
     path = Path(path)
     fmt = _CONTAINERS[path.suffix.lower()]
     rate = Fraction(fps)
@@ -69,7 +74,7 @@ def make_clip(
             sound = added
         samples_written = 0
         for index in range(frames):
-            image = draw_frame(index, width, height, pattern)
+            image = pictures[index] if pictures is not None else draw_frame(index, width, height, pattern)
             frame = av.VideoFrame.from_ndarray(image, format="bgr24")
             frame.pts = index
             frame.time_base = 1 / rate
@@ -200,3 +205,19 @@ def _write_tone(
     frame.time_base = Fraction(1, _SAMPLE_RATE)
     container.mux(stream.encode(frame))
     return until
+
+
+def _pictures(path: str | os.PathLike[str], width: int, height: int, limit: int) -> list[np.ndarray]:
+    import cv2
+
+    out = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            image = frame.to_ndarray(format="bgr24")
+            if image.shape[:2] != (height, width):
+                image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA)
+            out.append(np.ascontiguousarray(image))
+            if len(out) >= limit:
+                break
+    return out
+
