@@ -29,7 +29,7 @@ log = logging.getLogger("framewire")
 # Further commands live beside the code they drive. Each module has
 # `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
 # with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli")
 
 
 def _parser() -> argparse.ArgumentParser:

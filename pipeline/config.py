@@ -78,6 +78,17 @@ class ModelConfig(BaseModel):
 class Backend(str, Enum):
     AUTO = "auto"
     ONNXRUNTIME = "onnxruntime"
+    TENSORRT = "tensorrt"
+
+
+class CalibrationConfig(_Model):
+    """INT8 calibration: frames of a video, through the task's own preprocessing."""
+
+    video: str | None = Field(
+        default=None, description="Video whose frames calibrate INT8 (required for precision int8)."
+    )
+    frames: int = Field(default=256, ge=1, description="Frames of the video used for calibration.")
+    batch: int = Field(default=8, ge=1, le=256, description="Frames per calibration batch.")
 
 
 class EngineConfig(_Model):
@@ -103,6 +114,54 @@ class EngineConfig(_Model):
     max_delay_ms: float = Field(
         default=2.0, ge=0, le=1000, description="Dynamic batching: how long a batch waits to fill."
     )
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        default="fp32",
+        description="TensorRT (native or ONNX Runtime's provider) precision; int8 needs calibration.",
+    )
+    devices: tuple[int, ...] = Field(
+        default=(0,),
+        min_length=1,
+        description="GPU ids; a GPU backend runs len(devices) x processes_per_device infer processes.",
+    )
+    min_batch: int = Field(default=1, ge=1, le=256, description="TensorRT profile: smallest batch.")
+    opt_batch: int | None = Field(
+        default=None, ge=1, le=256, description="TensorRT profile: batch tuned for; None = max_batch."
+    )
+    cache_dir: str | None = Field(
+        default=None,
+        description="TensorRT engines, timing and calibration caches, optimised models; "
+        "None = ~/.cache/framewire/engines.",
+    )
+    optimized_model_cache: bool = Field(
+        default=False,
+        description="ONNX Runtime: save the optimised graph in cache_dir and load it next time.",
+    )
+    calibration: CalibrationConfig = Field(
+        default_factory=CalibrationConfig, description="INT8 calibration data."
+    )
+    cuda_graph: bool = Field(
+        default=False, description="TensorRT: capture each input shape's launch as a CUDA graph."
+    )
+    workspace_mb: int = Field(
+        default=2048, ge=16, description="TensorRT build: workspace memory pool limit in MiB."
+    )
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_are_ids(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(d < 0 for d in value) or len(set(value)) != len(value):
+            raise ValueError("must be distinct GPU ids >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _profile_in_order(self) -> EngineConfig:
+        opt = self.opt_batch if self.opt_batch is not None else self.max_batch
+        if not self.min_batch <= opt <= self.max_batch:
+            raise ValueError(
+                f"batch profile must satisfy min_batch <= opt_batch <= max_batch "
+                f"(got {self.min_batch}, {opt}, {self.max_batch})"
+            )
+        return self
 
 
 class StageConfig(_Model):

@@ -46,6 +46,7 @@ class WorkerSpec:
     source_id: str | None = None
     source_options: dict[str, Any] = field(default_factory=dict)
     label: str | None = None
+    supervisor_pid: int = field(default_factory=os.getpid)
 
     @property
     def identity(self) -> bytes:
@@ -81,8 +82,10 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, spec.identity)
     sock.setsockopt(zmq.LINGER, 2000)
-    sock.setsockopt(zmq.SNDHWM, 0)
-    sock.setsockopt(zmq.RCVHWM, 0)
+    # Credits bound what is in flight; the marks only matter when the hub is gone, and then a
+    # worker must not queue without end.
+    sock.setsockopt(zmq.SNDHWM, 10000)
+    sock.setsockopt(zmq.RCVHWM, 10000)
     sock.connect(spec.endpoint)
     return ctx, sock
 
@@ -92,13 +95,23 @@ def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarra
 
 
 class _ParentWatch:
-    """Notices that the supervisor is gone, so an orphaned worker exits instead of waiting forever."""
+    """Notices that the supervisor is gone, so an orphaned worker exits instead of waiting forever.
 
-    def __init__(self) -> None:
-        self.parent = os.getppid()
+    It watches the supervisor's pid, not the parent's: a worker started by a fork server is that
+    server's child, and the server may outlive a supervisor killed without cleanup.
+    """
+
+    def __init__(self, supervisor_pid: int | None = None) -> None:
+        self.pid = supervisor_pid or os.getppid()
 
     def gone(self) -> bool:
-        return os.getppid() != self.parent
+        # A killed supervisor stays a zombie until its own parent reaps it: that counts as gone.
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return True
+        return state in (b"Z", b"X")
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -119,7 +132,7 @@ def worker_main(spec: WorkerSpec) -> None:
         ctx.term()
         os._exit(3)
     _send(sock, {"type": msg.READY, "stage": spec.stage, "index": spec.index, "credits": spec.credits})
-    watch = _ParentWatch()
+    watch = _ParentWatch(spec.supervisor_pid)
     try:
         _serve(sock, stage, pools, context.streams, watch, spec)
     finally:
@@ -285,7 +298,7 @@ def source_main(spec: WorkerSpec) -> None:
     ctx, sock = _connect(spec)
     source_id = spec.source_id or "?"
     opts = spec.source_options
-    watch = _ParentWatch()
+    watch = _ParentWatch(spec.supervisor_pid)
     reader: FrameSource | None = None
     sent = 0
     error: str | None = None
@@ -363,6 +376,8 @@ def _pump(
     while not grants.stop:
         if max_frames is not None and seq >= max_frames:
             break
+        if watch.gone():
+            return seq, "supervisor is gone"
         try:
             image, pts, time_s = next(frames)
         except StopIteration:
@@ -374,6 +389,9 @@ def _pump(
             delay = clock_start + (time_s - first_time) - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+                # Read ahead of its time, the frame is due now, as a live source would deliver it:
+                # its latency starts here, not while it waited for its turn.
+                decoded_at = time.time()
         if policy == "block":
             while not grants.free and not grants.stop:
                 grants.drain(sock, POLL_MS)

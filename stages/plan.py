@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Engine
-from engines.registry import open_engine
+from engines.batch_rewrite import with_batch_axis
+from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
 from pipeline.errors import ConfigError
 from pipeline.supervisor import Plan, SourcePlan
@@ -35,6 +36,10 @@ def build_composites(config: Config) -> list[Composite]:
     return [resolve_composite(c.kind, c.params, index) for index, c in enumerate(config.composite)]
 
 
+PRELOAD = ("stages.plan", "engines.onnxruntime")
+"""What the workers import, imported once by the fork server that starts them (a GPU backend's
+module is left out: it is imported in the infer worker alone)."""
+
 # Factories: module-level so that spawn can pickle them by reference.
 
 
@@ -42,13 +47,41 @@ def _preprocess(config: Config) -> Preprocess:
     return Preprocess(build_task(config))
 
 
-def _engine(config: Config) -> Engine:
+def _engine(config: Config, index: int = 0) -> Engine:
     task = build_task(config)
-    return open_engine(config.engine, config.model.path, task.dynamic_axes())
+    return open_engine(config.engine, config.model.path, engine_axes(config, task), engine_options(config, task, index))
+
+
+def engine_axes(config: Config, task: Task) -> dict[str, tuple[int, ...]]:
+    """The input axes the engine makes dynamic: the task's, plus the batch when batching is on (a
+    batch-of-1 export is rewritten where its graph allows it, else it runs frame by frame)."""
+    axes = task.dynamic_axes()
+    return with_batch_axis(axes, task.input_name) if config.engine.max_batch > 1 else axes
+
+
+def engine_options(config: Config, task: Task, index: int = 0) -> OpenOptions:
+    """Infer worker `index`'s GPU, and the task's data a TensorRT build needs (read only if built)."""
+    from stages.engine_inputs import calibration_batches, source_input_shapes
+
+    calibration = config.engine.calibration
+    return OpenOptions(
+        device=device_of(config.engine, index),
+        input_shapes=functools.partial(source_input_shapes, task, config.sources),
+        calibration=(
+            functools.partial(calibration_batches, task, calibration.video, calibration.frames)
+            if calibration.video
+            else None
+        ),
+    )
 
 
 def _infer(config: Config) -> Infer:
-    return Infer(build_task(config), functools.partial(_engine, config))
+    return Infer(
+        build_task(config),
+        functools.partial(_engine, config),
+        max_batch=config.engine.max_batch,
+        max_delay_ms=config.engine.max_delay_ms,
+    )
 
 
 def _postprocess(config: Config) -> Postprocess:
@@ -104,9 +137,10 @@ def check(config: Config) -> Task:
 
 def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
     check(config)
+    preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
         ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
-        ("infer", config.engine.processes_per_device, functools.partial(_infer, config)),
+        ("infer", infer_workers(config.engine), functools.partial(_infer, config)),
         ("postprocess", config.stages.postprocess.workers, functools.partial(_postprocess, config)),
     ]
     if config.composite:
@@ -136,4 +170,5 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
         stage_credits={"infer": max(t.credits_per_worker, 2 * config.engine.max_batch)},
         ipc_dir=t.ipc_dir,
         log_level=log_level,
+        preload=PRELOAD,
     )

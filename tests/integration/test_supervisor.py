@@ -60,9 +60,9 @@ def kill_when(done_at: int, title: str) -> tuple[Any, list[int]]:
 
     def progress(done: int, total: int | None) -> None:
         if done >= done_at and not killed:
-            for child in psutil.Process().children():
+            for child in psutil.Process().children(recursive=True):
                 try:
-                    if " ".join(child.cmdline()).startswith(f"framewire: {title}"):
+                    if " ".join(child.cmdline()).strip().startswith(f"framewire: {title}"):
                         os.kill(child.pid, signal.SIGKILL)
                         killed.append(child.pid)
                         return

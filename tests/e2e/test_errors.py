@@ -1,0 +1,109 @@
+"""Bad input: one line naming the culprit, exit code 1 or 2, within seconds; other sources go on."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import clips
+from tests.e2e.helpers import ROOT, U2NETP, VIDEOS, error_lines, face_job, read_jsonl, run_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def check_error(proc, code: int, *needles: str) -> str:  # type: ignore[no-untyped-def]
+    assert proc.returncode == code, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def timed(*args: str):  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    proc = run_cli(*args, timeout=60)
+    assert time.monotonic() - started < 30
+    return proc
+
+
+def test_missing_video(tmp_path: Path) -> None:
+    proc = timed(*face_job(tmp_path, tmp_path / "nope.mp4", source_id="cam7"))
+    check_error(proc, 1, "cam7", "nope.mp4")
+
+
+def test_a_file_that_is_not_a_video(tmp_path: Path) -> None:
+    fake = tmp_path / "notes.mp4"
+    fake.write_text("these are not the frames you are looking for\n" * 100)
+    check_error(timed(*face_job(tmp_path, fake)), 1, "clip", "notes.mp4")
+
+
+def test_truncated_video_keeps_what_it_could_decode(tmp_path: Path) -> None:
+    full = clips.make_clip(tmp_path / "full.avi", codec="mpeg4", frames=60, from_clip=VIDEOS / "carphone_pristine.mp4",
+                           width=176, height=144)  # fmt: skip
+    cut = clips.make_truncated_copy(full, tmp_path / "cut.avi", fraction=0.5)
+    line = check_error(timed(*face_job(tmp_path, cut)), 1, "clip", "truncated")
+    records = read_jsonl(tmp_path / "clip.jsonl")
+    assert 0 < len(records) < 60 and [r["seq"] for r in records] == list(range(len(records)))
+    assert clips.count_frames(tmp_path / "clip.mp4") == len(records)
+    assert f"decoded {len(records)} of 60" in line
+
+
+def test_corrupt_video(tmp_path: Path) -> None:
+    full = clips.make_clip(tmp_path / "full.mp4", frames=60, from_clip=VIDEOS / "carphone_pristine.mp4",
+                           width=176, height=144)  # fmt: skip
+    bad = clips.make_corrupt_copy(full, tmp_path / "bad.mp4")
+    check_error(timed(*face_job(tmp_path, bad)), 1, "clip")
+
+
+def test_one_bad_source_does_not_stop_the_others(tmp_path: Path) -> None:
+    args = face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", source_id="good")
+    args += ["--set", "sources.1.id=bad", "--set", f"sources.1.uri={tmp_path}/missing.mp4"]
+    proc = timed(*args)
+    check_error(proc, 1, "bad", "missing.mp4")
+    assert len(read_jsonl(tmp_path / "good.jsonl")) == 120
+    assert clips.count_frames(tmp_path / "good.mp4") == 120
+
+
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("sources.0.polcy=block", ["sources.0.polcy", "unknown key"]),
+        ("engine.threads=two", ["engine.threads", "'two'"]),
+        ("sources.0.policy=sometimes", ["sources.0.policy", "'sometimes'"]),
+        ("model.score_threshold=2", ["model.score_threshold", "2"]),
+        ("model.task=pose_estimation", ["model.task", "pose_estimation"]),
+        ("composite.0.kind=sparkle", ["composite.0", "sparkle"]),
+        (f"model.path={ROOT}/nothing.onnx", ["model.path", "nothing.onnx"]),
+        (f"model.path={U2NETP}", ["input"]),
+        ("outputs.0.kind=hologram", ["outputs.0"]),
+    ],
+)
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path, override: str, needles: list[str]) -> None:
+    for command in ("run", "validate"):
+        args = face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", override)
+        if command == "validate":
+            args = ["validate", *args[2:]]
+        check_error(timed(*args), 2, *needles)
+
+
+def test_config_file_problems(tmp_path: Path) -> None:
+    check_error(timed("run", "-c", str(tmp_path / "none.yaml")), 2, "none.yaml", "not found")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("sources: [\n  - id: a\n")
+    check_error(timed("validate", "-c", str(broken)), 2, "broken.yaml", "YAML")
+    check_error(timed("run", "--set", "novalue"), 2, "novalue")
+
+
+def test_usage_error_exits_2() -> None:
+    proc = timed("frobnicate")
+    assert proc.returncode == 2
+
+
+def test_model_that_does_not_fit_its_task_names_the_tensor(tmp_path: Path) -> None:
+    args = ["validate", *face_job(tmp_path, VIDEOS / "carphone_pristine.mp4")[2:], "--set", f"model.path={U2NETP}"]
+    line = check_error(timed(*args), 2)
+    assert "input.1" in line or "1959" in line or "cls_8" in line
