@@ -26,7 +26,9 @@ def load_model_bytes(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...
     """Serialized model with the given axes of the given inputs made symbolic (`dim_param`).
 
     Stale `graph.value_info` is dropped, and output dims that no longer follow from the inputs become
-    symbolic too, so that runtimes neither trust nor warn about the old fixed sizes.
+    symbolic too, so that runtimes neither trust nor warn about the old fixed sizes. Axis 0 (the
+    batch) becomes symbolic only where `engines.batch_rewrite` proves the graph keeps frames apart;
+    otherwise it stays fixed, and callers see that in the model's inputs.
     """
     model = _load(path)
     _make_dynamic(model, path, dynamic_axes)
@@ -83,9 +85,16 @@ def _make_dynamic(
                     f"model file {str(path)!r}: input {input_name!r} has {len(dims)} dims, "
                     f"no axis {axis} to make dynamic"
                 )
-            if dims[axis].HasField("dim_param"):
-                continue
+            if axis == 0 or dims[axis].HasField("dim_param"):
+                continue  # axis 0, the batch, only where the graph allows it: below
             dims[axis].dim_param = f"{input_name}_{axis}"  # clears dim_value (a oneof)
+    batch_inputs = [name for name, axes in dynamic_axes.items() if 0 in axes]
+    if batch_inputs:
+        from engines.batch_rewrite import make_batch_dynamic
+
+        rewrite = make_batch_dynamic(model, batch_inputs)
+        if not rewrite.ok:
+            logger.info("model %s keeps its fixed batch of 1: %s", path, rewrite.reason)
     if not dynamic_axes:
         return
     del graph.value_info[:]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ PROVIDERS: dict[str, str] = {
     "tensorrt": "TensorrtExecutionProvider",
 }
 """Short provider names used in configs, and the ONNX Runtime provider each one selects."""
+
+DEFAULT_CACHE_DIR = "~/.cache/framewire/engines"
 
 GRAPH_OPTIMIZATION: dict[str, ort.GraphOptimizationLevel] = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -57,7 +61,11 @@ class OnnxRuntimeEngine(Engine):
     """One ONNX Runtime session on the first available provider of `providers`.
 
     `dynamic_axes` rewrites fixed input dims as symbolic before loading (see `engines.onnx_model`).
-    `optimized_model_path`, when given, is where ORT writes the graph after its optimisations.
+    `optimized_model_path`, when given, is where ORT writes the graph after its optimisations;
+    `optimized_cache` keeps that graph in `cache_dir` and loads it on the next start instead.
+    GPU providers run on GPU `device_id`; the TensorRT provider builds `precision` engines and caches
+    them (and its timing cache) in `cache_dir`. With the CUDA provider in use, `infer` runs through
+    IO binding (`io_binding=None` means: exactly then).
     """
 
     backend = "onnxruntime"
@@ -72,8 +80,14 @@ class OnnxRuntimeEngine(Engine):
         providers: Sequence[str] = ("cpu",),
         dynamic_axes: Mapping[str, tuple[int, ...]] | None = None,
         optimized_model_path: str | None = None,
+        device_id: int = 0,
+        precision: str = "fp32",
+        cache_dir: str | None = None,
+        optimized_cache: bool = False,
+        io_binding: bool | None = None,
     ) -> None:
         self.model_path = str(model_path)
+        self.device_id = device_id
         if graph_optimization not in GRAPH_OPTIMIZATION:
             raise ConfigError(
                 f"unknown graph optimisation level {graph_optimization!r} "
@@ -87,6 +101,16 @@ class OnnxRuntimeEngine(Engine):
         ort_providers = _select_providers(providers)
         if not Path(self.model_path).is_file():
             raise ConfigError(f"model file {self.model_path!r} does not exist")
+        directory = Path(cache_dir or DEFAULT_CACHE_DIR).expanduser()
+        wants_gpu = any(name != PROVIDERS["cpu"] for name in ort_providers)
+        if wants_gpu or optimized_cache:
+            _make_dir(directory)
+        provider_args: list[str | tuple[str, dict[str, Any]]] = [
+            (name, provider_options(name, device_id=device_id, precision=precision, cache_dir=directory))
+            if name != PROVIDERS["cpu"]
+            else name
+            for name in ort_providers
+        ]
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -100,23 +124,32 @@ class OnnxRuntimeEngine(Engine):
         model: str | bytes = self.model_path
         if dynamic_axes:
             model = load_model_bytes(self.model_path, dynamic_axes)
+        saved: tuple[Path, Path] | None = None
+        # The TensorRT provider compiles subgraphs that cannot be saved as ONNX; it caches engines.
+        if optimized_cache and not optimized_model_path and PROVIDERS["tensorrt"] not in ort_providers:
+            model, saved = _optimized_cache(model, directory, graph_optimization, ort_providers, options)
+        quiet = wants_gpu and not logger.isEnabledFor(logging.DEBUG)
+        if quiet:
+            # A provider whose libraries are missing makes ORT print several red lines and fall
+            # back; the one warning below says it instead (--debug shows ORT's own lines).
+            ort.set_default_logger_severity(4)
         try:
             self._session: ort.InferenceSession | None = ort.InferenceSession(
-                model, sess_options=options, providers=ort_providers
+                model, sess_options=options, providers=provider_args
             )
         except Exception as exc:  # noqa: BLE001 - ORT's errors share no base class but Exception
             raise _load_error(self.model_path, exc) from None
+        finally:
+            if quiet:
+                ort.set_default_logger_severity(2)
+        if saved is not None:
+            _publish(*saved)
 
         session = self._session
-        self._provider = session.get_providers()[0]
-        if self._provider != ort_providers[0]:
-            logger.warning(
-                "model %s: requested %s but ONNX Runtime runs it on %s",
-                self.model_path,
-                ort_providers[0],
-                self._provider,
-            )
+        self._provider = provider_in_use(self.model_path, ort_providers, session.get_providers())
         logger.info("model %s loaded on %s", self.model_path, self._provider)
+        use_binding = self._provider == PROVIDERS["cuda"] if io_binding is None else io_binding
+        self._binding: Any = session.io_binding() if use_binding else None
         self.inputs = tuple(_spec(arg, self.model_path) for arg in session.get_inputs())
         self.outputs = tuple(_spec(arg, self.model_path) for arg in session.get_outputs())
 
@@ -133,7 +166,10 @@ class OnnxRuntimeEngine(Engine):
             raise EngineError(f"model {self.model_path}: engine is closed")
         names = list(output_names) if output_names is not None else [o.name for o in self.outputs]
         try:
-            values = self._session.run(names, dict(feeds))
+            if self._binding is not None:
+                values = self._run_bound(names, feeds)
+            else:
+                values = self._session.run(names, dict(feeds))
         except Exception as exc:  # noqa: BLE001 - ORT's errors share no base class but Exception
             described = ", ".join(
                 f"{name!r} {np.asarray(value).dtype} {tuple(np.shape(value))}"
@@ -144,13 +180,117 @@ class OnnxRuntimeEngine(Engine):
             ) from None
         return dict(zip(names, values))
 
+    def _run_bound(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Inputs bound from host arrays (ORT copies them to the device once), outputs left on the
+        device where ORT allocates them at their actual shape, then copied out in one go."""
+        assert self._session is not None
+        binding = self._binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in names:
+            binding.bind_output(name, "cuda", self.device_id)
+        self._session.run_with_iobinding(binding)
+        return list(binding.copy_outputs_to_cpu())
+
     def close(self) -> None:
         """Release the session (and the memory it holds); `infer` fails afterwards."""
+        self._binding = None
         self._session = None
 
 
-def _select_providers(providers: Sequence[str]) -> list[str]:
-    """ORT provider names for the short names, in order, minus those this build lacks."""
+def provider_options(name: str, *, device_id: int, precision: str, cache_dir: Path) -> dict[str, Any]:
+    """Options of a GPU execution provider: its device, and for TensorRT the precision and caches."""
+    if name == PROVIDERS["cuda"]:
+        return {"device_id": device_id}
+    if name == PROVIDERS["tensorrt"]:
+        if precision not in ("fp32", "fp16", "int8"):
+            raise ConfigError(f"engine.precision: {precision!r} is not one of fp32, fp16, int8")
+        engines = cache_dir / "ort-tensorrt"
+        return {
+            "device_id": device_id,
+            "trt_fp16_enable": precision in ("fp16", "int8"),
+            # INT8 here needs a model with Q/DQ nodes (`quantize`) or a calibration table.
+            "trt_int8_enable": precision == "int8",
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": str(engines),
+            "trt_timing_cache_enable": True,
+            "trt_timing_cache_path": str(engines),
+        }
+    return {}
+
+
+def provider_in_use(model_path: str, requested: Sequence[str], used: Sequence[str]) -> str:
+    """The provider ORT actually runs the model on (the first of the session's), with one warning
+    when it is not the first one requested - ORT falls back silently when a GPU provider's libraries
+    (CUDA, cuDNN, TensorRT) cannot be loaded. Ending on the CPU when `cpu` was not requested is an
+    EngineError: the config asked for a GPU only."""
+    actual = used[0] if used else PROVIDERS["cpu"]
+    if actual == requested[0]:
+        return actual
+    if actual not in requested:
+        raise EngineError(
+            f"model {model_path}: ONNX Runtime could not start {', '.join(requested)} "
+            f"(GPU libraries or GPU missing?) and would run on {actual}, which engine.providers "
+            f"does not list"
+        )
+    logger.warning(
+        "model %s: asked for %s, but ONNX Runtime runs it on %s (%s could not be started: "
+        "GPU libraries or GPU missing? --debug shows ONNX Runtime's messages)",
+        model_path,
+        requested[0],
+        actual,
+        ", ".join(name for name in requested[: list(requested).index(actual)]),
+    )
+    return actual
+
+
+def _optimized_cache(
+    model: str | bytes,
+    directory: Path,
+    level: str,
+    providers: Sequence[str],
+    options: ort.SessionOptions,
+) -> tuple[str | bytes, tuple[Path, Path] | None]:
+    """Load the graph ORT optimised on an earlier start, or have ORT save it this time.
+
+    The key covers the model bytes (after any dims rewrite), the ORT version, the optimisation level
+    and the providers: an optimised graph may hold provider-specific fused nodes.
+    """
+    data = model if isinstance(model, bytes) else Path(model).read_bytes()
+    digest = hashlib.sha256(data)
+    digest.update(f"|{ort.__version__}|{level}|{','.join(providers)}".encode())
+    target = directory / f"ort-{digest.hexdigest()[:24]}.onnx"
+    if target.is_file():
+        logger.info("optimised model from the cache: %s", target)
+        options.graph_optimization_level = GRAPH_OPTIMIZATION["disable"]
+        return str(target), None
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    options.optimized_model_filepath = str(temporary)
+    return model, (temporary, target)
+
+
+def _publish(temporary: Path, target: Path) -> None:
+    """Move a freshly written optimised model into the cache (atomic: workers start together)."""
+    try:
+        os.replace(temporary, target)
+    except OSError as exc:
+        logger.warning("optimised model not cached at %s: %s", target, exc)
+
+
+def _make_dir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"engine.cache_dir: cannot create {str(directory)!r}: {exc.strerror}") from None
+
+
+def _select_providers(providers: Sequence[str], *, warn: bool = True) -> list[str]:
+    """ORT provider names for the short names, in order, minus those this build lacks (one warning).
+
+    EngineError when none is left: a GPU-only list on a CPU-only build is an error, not a silent CPU
+    run (list `cpu` last to allow that)."""
     unknown = [name for name in providers if name not in PROVIDERS]
     if unknown:
         raise ConfigError(
@@ -160,17 +300,23 @@ def _select_providers(providers: Sequence[str]) -> list[str]:
     wanted = [PROVIDERS[name] for name in providers]
     selected = [name for name in wanted if name in available]
     missing = [name for name in wanted if name not in available]
-    if missing:
+    if not selected:
+        hint = "; install the gpu extra: make EXTRAS=gpu" if any(n != "cpu" for n in providers) else ""
+        raise EngineError(
+            f"engine.providers: none of the execution providers {list(providers)} is available "
+            f"(this onnxruntime build has {', '.join(sorted(available))}{hint})"
+        )
+    if missing and warn:
         logger.warning(
             "execution provider(s) %s not available in this onnxruntime build, skipped",
             ", ".join(missing),
         )
-    if not selected:
-        raise EngineError(
-            f"none of the execution providers {list(providers)} is available "
-            f"(this onnxruntime build has {', '.join(sorted(available))})"
-        )
     return selected
+
+
+def check_providers(providers: Sequence[str]) -> list[str]:
+    """What `_select_providers` would select, without the warning: for a check before any worker."""
+    return _select_providers(providers, warn=False)
 
 
 def _spec(arg: Any, model_path: str) -> TensorSpec:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from engines.base import Engine
 from pipeline.config import Backend, EngineConfig
@@ -11,7 +15,24 @@ from pipeline.config import Backend, EngineConfig
 log = logging.getLogger(__name__)
 
 
-def _onnxruntime(config: EngineConfig, model_path: str, dynamic_axes: Mapping[str, tuple[int, ...]]) -> Engine:
+@dataclass(frozen=True)
+class OpenOptions:
+    """What one infer worker adds to the config: its GPU, and data only some backends need, as
+    callables so that nothing is read unless the backend asks (TensorRT's profile and calibration)."""
+
+    device: int = 0
+    input_shapes: Callable[[], Mapping[str, Sequence[tuple[int, ...]]]] | None = None
+    """The model input shapes (batch of one) the sources will feed, by input name."""
+    calibration: Callable[[], Iterable[Any]] | None = None
+    """Batches of preprocessed frames for INT8 calibration."""
+
+
+def _onnxruntime(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions = OpenOptions(),
+) -> Engine:
     from engines.onnxruntime import OnnxRuntimeEngine
 
     return OnnxRuntimeEngine(
@@ -20,24 +41,192 @@ def _onnxruntime(config: EngineConfig, model_path: str, dynamic_axes: Mapping[st
         graph_optimization=config.graph_optimization,
         providers=config.providers,
         dynamic_axes=dynamic_axes,
+        device_id=options.device,
+        precision=config.precision,
+        cache_dir=config.cache_dir,
+        optimized_cache=config.optimized_model_cache,
     )
 
 
-BACKENDS: dict[Backend, Callable[[EngineConfig, str, Mapping[str, tuple[int, ...]]], Engine]] = {
+def _tensorrt(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions = OpenOptions(),
+) -> Engine:
+    from engines import cuda
+    from engines.tensorrt import TensorRTEngine
+    from engines.trt_build import ensure_engine, import_tensorrt
+
+    import_tensorrt()  # the clear errors first: no TensorRT, no GPU
+    cuda.require_device(options.device)
+    path = ensure_engine(build_request(config, model_path, dynamic_axes, options))
+    return TensorRTEngine(path, device=options.device, cuda_graph=config.cuda_graph, model_path=model_path)
+
+
+def build_request(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions = OpenOptions(),
+) -> Any:
+    """The `trt_build.BuildRequest` of this config (also what `build-engine` builds)."""
+    from engines.trt_build import BuildRequest
+
+    calibration = config.calibration
+    identity = ""
+    if calibration.video:
+        try:
+            size = os.stat(calibration.video).st_size
+        except OSError:
+            size = -1
+        identity = f"{os.path.abspath(calibration.video)}:{size}:{calibration.frames}:{calibration.batch}"
+    return BuildRequest(
+        model_path=model_path,
+        precision=config.precision,
+        dynamic_axes=dict(dynamic_axes),
+        min_batch=config.min_batch,
+        opt_batch=config.opt_batch or config.max_batch,
+        max_batch=config.max_batch,
+        examples=dict(options.input_shapes()) if options.input_shapes else {},
+        workspace_mb=config.workspace_mb,
+        cache_dir=config.cache_dir,
+        device=options.device,
+        calibration=options.calibration if calibration.video else None,
+        calibration_id=identity,
+        calibration_frames=calibration.frames,
+        calibration_batch=calibration.batch,
+    )
+
+
+Opener = Callable[[EngineConfig, str, Mapping[str, tuple[int, ...]], OpenOptions], Engine]
+
+BACKENDS: dict[Backend, Opener] = {
     Backend.ONNXRUNTIME: _onnxruntime,
+    Backend.TENSORRT: _tensorrt,
 }
 
 
+# --- backend: auto -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers the backends."""
+
+    tensorrt: str | None
+    """Version of an importable tensorrt package with a builder, else None."""
+    gpus: int
+    no_gpu: str
+    """Why `gpus` is 0 (no driver, no device, no cuda-python and no libcuda)."""
+    ort_providers: frozenset[str]
+
+
+@functools.lru_cache(maxsize=1)
+def detect_machine() -> Machine:
+    """Probe once per process; never raises (cuda-python raises without a driver: caught)."""
+    from engines import cuda
+    from engines.trt_build import import_tensorrt
+    from pipeline.errors import EngineError
+
+    try:
+        version: str | None = str(import_tensorrt().__version__)
+    except EngineError:
+        version = None
+    gpus, why = cuda.gpu_status()
+    try:
+        import onnxruntime as ort
+
+        providers = frozenset(ort.get_available_providers())
+    except ImportError:
+        providers = frozenset()
+    return Machine(version, gpus, why, providers)
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: Backend
+    providers: tuple[str, ...]
+    """ONNX Runtime providers (short names); empty for TensorRT."""
+    gpu: bool
+    """Whether infer runs on GPUs, so that each of `devices` gets `processes_per_device` workers."""
+    reason: str
+
+
+def choose_backend(config: EngineConfig, machine: Machine | None = None) -> Choice:
+    """The backend that runs `config`. `auto`: TensorRT when it imports and a GPU is present, else
+    ONNX Runtime with CUDA when its build has the provider and a GPU is present, else ONNX Runtime
+    on the CPU (`engine.providers` then does not apply). The choice is logged in one line."""
+    if config.backend is Backend.TENSORRT:
+        return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
+    machine = machine or detect_machine()
+    if config.backend is Backend.ONNXRUNTIME:
+        from engines.onnxruntime import PROVIDERS
+
+        gpu = machine.gpus > 0 and any(
+            name != "cpu" and PROVIDERS.get(name) in machine.ort_providers for name in config.providers
+        )
+        return Choice(Backend.ONNXRUNTIME, tuple(config.providers), gpu, "engine.backend is onnxruntime")
+    if machine.tensorrt and machine.gpus:
+        choice = Choice(
+            Backend.TENSORRT, (), True, f"TensorRT {machine.tensorrt} and {machine.gpus} GPU(s) found"
+        )
+    elif "CUDAExecutionProvider" in machine.ort_providers and machine.gpus:
+        choice = Choice(
+            Backend.ONNXRUNTIME,
+            ("cuda", "cpu"),
+            True,
+            f"ONNX Runtime with CUDA on {machine.gpus} GPU(s); no usable tensorrt package",
+        )
+    else:
+        why = machine.no_gpu if not machine.gpus else "this onnxruntime build has no CUDA provider"
+        choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
+    log.info("engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
+    return choice
+
+
 def resolve_backend(backend: Backend) -> Backend:
-    """`auto`: the best backend this machine has. Today that is ONNX Runtime, whose providers
-    (from `engine.providers`) decide between TensorRT, CUDA and the CPU."""
-    if backend is Backend.AUTO:
-        return Backend.ONNXRUNTIME
-    return backend
+    """The backend `backend` stands for on this machine (`auto` resolved)."""
+    return choose_backend(EngineConfig(backend=backend)).backend
+
+
+def infer_workers(config: EngineConfig, machine: Machine | None = None) -> int:
+    """Infer processes: len(devices) x processes_per_device on GPUs, processes_per_device on the CPU."""
+    gpu = choose_backend(config, machine).gpu
+    return config.processes_per_device * (len(config.devices) if gpu else 1)
+
+
+def device_of(config: EngineConfig, worker: int) -> int:
+    """The GPU of infer worker `worker`: devices[worker // processes_per_device]."""
+    return config.devices[(worker // config.processes_per_device) % len(config.devices)]
+
+
+def preflight(config: EngineConfig) -> Choice:
+    """Fail fast, in one line, where the configured backend cannot run here (no TensorRT, no GPU,
+    a GPU id this machine lacks), before any worker starts."""
+    from engines import cuda
+    from engines.trt_build import import_tensorrt
+
+    choice = choose_backend(config)
+    if choice.backend is Backend.TENSORRT:
+        import_tensorrt()
+        for device in config.devices:
+            cuda.require_device(device)
+    elif config.backend is Backend.ONNXRUNTIME:
+        from engines.onnxruntime import check_providers
+
+        check_providers(config.providers)
+    return choice
 
 
 def open_engine(
-    config: EngineConfig, model_path: str, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]] | None = None,
+    options: OpenOptions | None = None,
 ) -> Engine:
-    backend = resolve_backend(config.backend)
-    return BACKENDS[backend](config, model_path, dynamic_axes or {})
+    """The engine of `config` for one worker (`options.device` is its GPU)."""
+    choice = choose_backend(config)
+    if config.backend is Backend.AUTO:
+        config = config.model_copy(update={"backend": choice.backend, "providers": choice.providers})
+    return BACKENDS[choice.backend](config, model_path, dynamic_axes or {}, options or OpenOptions())

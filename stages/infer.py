@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
 
 from engines.base import Engine
+from pipeline.errors import EngineError
 from pipeline.frame import Frame, StageContext
 from stages.tasks.base import Task
 
@@ -12,23 +15,89 @@ from stages.tasks.base import Task
 class Infer:
     """One engine per worker process, created in `start` (sessions never cross a spawn)."""
 
-    def __init__(self, task: Task, open_engine: Callable[[], Engine]) -> None:
+    def __init__(
+        self,
+        task: Task,
+        open_engine: Callable[[int], Engine],
+        *,
+        max_batch: int = 1,
+        max_delay_ms: float = 0.0,
+    ) -> None:
+        """`open_engine(worker_index)` opens the engine in the worker (the index picks its GPU).
+
+        `max_batch` and `max_delay_ms` are read by the worker loop: with `max_batch > 1` it gathers
+        up to that many frames (of any source), waiting at most `max_delay_ms`, for `process_batch`.
+        """
         self.task = task
         self._open_engine = open_engine
         self.engine: Engine | None = None
+        self.max_batch = max_batch
+        self.max_delay_ms = max_delay_ms
+        self._batchable = False
+        self._engine_batch: int | None = None
 
     def start(self, ctx: StageContext) -> None:
-        self.engine = self._open_engine()
+        self.engine = self._open_engine(ctx.index)
         # The model as loaded (after any dimension rewrite) must fit the task; this also tells the
         # task which outputs it needs, so the others never leave this process.
         self.task.check_model(self.engine.inputs, self.engine.outputs)
         ctx.log.info("infer[%d]: %s on %s", ctx.index, self.engine.backend, self.engine.provider)
+        self._batchable, self._engine_batch = _batch_support(self.engine, self.task.input_name)
+        if self.max_batch > 1 and not self._batchable:
+            ctx.log.warning(
+                "infer[%d]: the model takes a fixed batch of 1 (its graph cannot be rewritten for "
+                "more); max_batch %d runs frame by frame",
+                ctx.index,
+                self.max_batch,
+            )
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         assert self.engine is not None, "start() was not called"
         feeds = {self.task.input_name: frame.region("input")}
         frame.tensors = self.engine.infer(feeds, self.task.output_names)
         yield frame
+
+    def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
+        """Run several frames with as few inferences as possible; returns them in the order given.
+
+        Frames whose model inputs have the same shape (sources of one size) share one inference;
+        each shape is a group of its own. The model input of a frame is a batch of one, so a group
+        is stacked along axis 0 and the outputs are split back the same way.
+        """
+        assert self.engine is not None, "start() was not called"
+        groups: dict[tuple[tuple[int, ...], str], list[int]] = {}
+        inputs = [frame.region("input") for frame in frames]
+        for i, array in enumerate(inputs):
+            groups.setdefault((array.shape, array.dtype.str), []).append(i)
+        limit = self.max_batch if self._engine_batch is None else min(self.max_batch, self._engine_batch)
+        for indices in groups.values():
+            if not self._batchable or len(indices) == 1 or inputs[indices[0]].shape[0] != 1:
+                for i in indices:
+                    for _ in self.process(frames[i]):
+                        pass
+                continue
+            for start in range(0, len(indices), max(1, limit)):
+                chunk = indices[start : start + max(1, limit)]
+                self._infer_stacked([frames[i] for i in chunk], [inputs[i] for i in chunk])
+        return list(frames)
+
+    def _infer_stacked(self, frames: Sequence[Frame], inputs: Sequence[np.ndarray]) -> None:
+        assert self.engine is not None
+        if len(frames) == 1:
+            for _ in self.process(frames[0]):
+                pass
+            return
+        stacked = np.concatenate(inputs, axis=0)
+        outputs = self.engine.infer({self.task.input_name: stacked}, self.task.output_names)
+        count = len(frames)
+        for name, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != count:
+                raise EngineError(
+                    f"model output {name!r} has shape {list(value.shape)} for a batch of {count}: "
+                    f"the model does not keep the frames of a batch apart"
+                )
+        for i, frame in enumerate(frames):
+            frame.tensors = {name: value[i : i + 1] for name, value in outputs.items()}
 
     def flush(self, source_id: str) -> Iterable[Frame]:
         return ()
@@ -37,3 +106,20 @@ class Infer:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+
+
+def _batch_support(engine: Engine, input_name: str) -> tuple[bool, int | None]:
+    """Whether the engine takes more than one frame at once, and its largest batch if it has one.
+
+    Dim 0 of the input symbolic (or None) means any batch, up to the engine's own `max_batch` when
+    it has one (a TensorRT optimisation profile); a fixed dim 0 means frame by frame.
+    """
+    spec = next((t for t in engine.inputs if t.name == input_name), None)
+    if spec is None or not spec.shape:
+        return False, None
+    dim0 = spec.shape[0]
+    limit = getattr(engine, "max_batch", None)
+    limit = int(limit) if isinstance(limit, int) and limit > 0 else None
+    if isinstance(dim0, int):
+        return False, None
+    return limit is None or limit > 1, limit
