@@ -56,6 +56,14 @@ def _parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--timeout", type=float, default=0.0, help="exit after this many idle seconds")
     subscribe.add_argument("--until-eos", action="store_true", help="exit once every source seen has ended")
     subscribe.add_argument("--save-images", metavar="DIR", help="write the JPEG parts into DIR")
+    subscribe.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the output's public certificate")
+    subscribe.add_argument(
+        "--client-key", metavar="FILE", help="CurveZMQ: this client's secret certificate (default: a new pair)"
+    )
+
+    keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
+    keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
+    keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
 
     for module_name in COMMAND_MODULES:
         module = importlib.import_module(module_name)
@@ -91,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if command == "subscribe":
             return _subscribe(args)
+        if command == "keys":
+            return _keys(args)
         handler = getattr(args, "handler", None)
         if handler is None:
             raise AssertionError(command)
@@ -199,6 +209,8 @@ def _subscribe(args: argparse.Namespace) -> int:
         sock.connect(args.endpoint)
     except zmq.ZMQError as exc:
         raise UsageError(f"--endpoint {args.endpoint}: {exc}") from None
+    if args.server_key:
+        _curve_client(sock, args.server_key, args.client_key)
     if args.mode == "sub":
         sock.setsockopt_string(zmq.SUBSCRIBE, args.topic)
     if args.save_images:
@@ -235,6 +247,36 @@ def _subscribe(args: argparse.Namespace) -> int:
     finally:
         sock.close(linger=0)
         ctx.term()
+
+
+def _curve_client(sock, server_key: str, client_key: str | None) -> None:  # type: ignore[no-untyped-def]
+    import zmq
+    import zmq.auth
+
+    from pipeline.errors import UsageError
+
+    try:
+        server_public, _ = zmq.auth.load_certificate(server_key)
+        if client_key:
+            public, secret = zmq.auth.load_certificate(client_key)
+            if secret is None:
+                raise ValueError("it holds no secret key (use the .key_secret file)")
+        else:
+            public, secret = zmq.curve_keypair()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"curve key: {exc}") from None
+    sock.curve_serverkey = server_public
+    sock.curve_publickey = public
+    sock.curve_secretkey = secret
+
+
+def _keys(args: argparse.Namespace) -> int:
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    print(f"public: {public}\nsecret: {secret}")
+    return 0
 
 
 if __name__ == "__main__":

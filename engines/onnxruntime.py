@@ -189,8 +189,9 @@ class OnnxRuntimeEngine(Engine):
         binding.clear_binding_outputs()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        device = "cuda" if self._provider in (PROVIDERS["cuda"], PROVIDERS["tensorrt"]) else "cpu"
         for name in names:
-            binding.bind_output(name, "cuda", self.device_id)
+            binding.bind_output(name, device, self.device_id)
         self._session.run_with_iobinding(binding)
         return list(binding.copy_outputs_to_cpu())
 

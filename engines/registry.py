@@ -181,8 +181,13 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None) -> Choi
     else:
         why = machine.no_gpu if not machine.gpus else "this onnxruntime build has no CUDA provider"
         choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
-    log.info("engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
+    if choice not in _logged:  # once per process, however often it is asked
+        _logged.add(choice)
+        log.info("engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
     return choice
+
+
+_logged: set[Choice] = set()
 
 
 def resolve_backend(backend: Backend) -> Backend:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import ConfigError
+from pipeline import uris
 
 SOURCE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -37,12 +38,85 @@ class Policy(str, Enum):
     """Drop the frame just read and keep what is already waiting (live sources)."""
 
 
+class ReconnectConfig(_Model):
+    """How a live source comes back after it drops: delays double from initial_s up to max_s."""
+
+    initial_s: float = Field(default=0.5, gt=0, le=3600, description="Delay before the first retry.")
+    max_s: float = Field(default=30.0, gt=0, le=3600, description="Longest delay between two retries.")
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        description="Failed attempts in a row before the source ends with an error; null: forever.",
+    )
+
+    @model_validator(mode="after")
+    def _in_order(self) -> ReconnectConfig:
+        if self.max_s < self.initial_s:
+            raise ValueError(f"max_s ({self.max_s}) must be at least initial_s ({self.initial_s})")
+        return self
+
+
+class CameraConfig(_Model):
+    """What to ask a V4L2 camera for (`v4l2-ctl --list-formats-ext` lists what it offers)."""
+
+    width: int | None = Field(default=None, ge=1, le=16384, description="Frame width; with height.")
+    height: int | None = Field(default=None, ge=1, le=16384, description="Frame height; with width.")
+    fps: float | None = Field(default=None, gt=0, le=1000, description="Frame rate.")
+    input_format: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_]{1,32}$",
+        description="What the camera sends: mjpeg, yuyv422, h264, ... (FFmpeg's v4l2 input_format).",
+    )
+
+    @model_validator(mode="after")
+    def _both_sides(self) -> CameraConfig:
+        if (self.width is None) != (self.height is None):
+            raise ValueError("width and height go together")
+        return self
+
+
 class SourceConfig(_Model):
     id: str = Field(description="Name of the source: the ZeroMQ topic, `{source_id}` in output paths.")
-    uri: str = Field(description="A video file path or file:// URI (anything PyAV opens).")
+    uri: str = Field(
+        description="A video file path or file:// URI; rtsp://, rtmp://, http(s):// (HLS), srt:// "
+        "streams; a V4L2 camera (/dev/video0); or zmq+tcp://host:port / zmq+ipc:///path (frames "
+        "pushed by another program, see the README)."
+    )
     policy: Policy = Field(
         default=Policy.BLOCK,
-        description="block: process every frame; drop_oldest / drop_newest: drop when behind.",
+        description="block: process every frame; drop_oldest / drop_newest: drop when behind. "
+        "Unset, it is drop_oldest for a live source and block for a file.",
+    )
+    live: bool | None = Field(
+        default=None,
+        description="A live source reconnects when it drops or ends; null: from the URI (cameras, "
+        "ZeroMQ, rtsp, rtmp, srt, udp and .m3u8 playlists are live, files and plain http are not).",
+    )
+    max_staleness_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="Drop (and count, reason stale) a frame that reaches inference this long after "
+        "it was read; needs a drop policy.",
+    )
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Stream and camera sources: how long opening, or waiting for the next packet, may "
+        "take before the connection counts as lost.",
+    )
+    reconnect: ReconnectConfig = Field(
+        default_factory=ReconnectConfig, description="Live sources: retries after a drop, with backoff."
+    )
+    rtsp_transport: Literal["tcp", "udp"] | None = Field(
+        default=None, description="rtsp:// sources: RTP over the RTSP connection (tcp, the default) or udp."
+    )
+    camera: CameraConfig | None = Field(
+        default=None, description="V4L2 cameras (/dev/video*): size, frame rate and format to ask for."
+    )
+    ffmpeg_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Stream and camera sources: more FFmpeg options, e.g. {probesize: '32768'}.",
     )
     realtime: bool = Field(
         default=False, description="Pace a file at its own frame rate instead of as fast as possible."
@@ -57,6 +131,35 @@ class SourceConfig(_Model):
         if not SOURCE_ID.match(value):
             raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _live_drops_by_default(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "policy" not in data and isinstance(data.get("uri"), str):
+            live = data.get("live")
+            if live is True or (live is None and uris.is_live(data["uri"])):
+                return {**data, "policy": Policy.DROP_OLDEST}
+        return data
+
+    @model_validator(mode="after")
+    def _fits_the_uri(self) -> SourceConfig:
+        kind = uris.source_kind(self.uri)
+        if self.rtsp_transport is not None and uris.scheme(self.uri) not in ("rtsp", "rtsps"):
+            raise ValueError(f"rtsp_transport: only for rtsp:// sources, not {kind} {uris.redact(self.uri)}")
+        if self.camera is not None and kind != "camera":
+            raise ValueError(f"camera: only for V4L2 cameras (/dev/video*), not {uris.redact(self.uri)}")
+        if self.max_staleness_ms is not None and self.policy == Policy.BLOCK:
+            raise ValueError("max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)")
+        if kind == "zmq":
+            rest = uris.zmq_endpoint(self.uri)
+            if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
+                raise ValueError(f"uri: {self.uri!r}: expected zmq+tcp://host:port or zmq+ipc:///path")
+        return self
+
+    @property
+    def is_live(self) -> bool:
+        """Whether this source reconnects and drops (the `live` key, or the URI's kind)."""
+        return self.live if self.live is not None else uris.is_live(self.uri)
 
 
 class ModelConfig(BaseModel):
@@ -97,7 +200,9 @@ class EngineConfig(_Model):
         description="Inference backend; auto picks the best one available on this machine.",
     )
     providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = Field(
-        default=("cpu",), description="ONNX Runtime execution providers, in priority order."
+        default=("cpu",),
+        description="ONNX Runtime execution providers, in priority order (backend onnxruntime; "
+        "auto picks its own).",
     )
     threads: int = Field(
         default=0, ge=0, description="Intra-op threads per infer process; 0 lets the runtime decide."
@@ -218,6 +323,14 @@ class ZmqOutput(_Model):
     jpeg: bool = Field(default=False, description="Append the composited frame as a JPEG part.")
     jpeg_quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
     hwm: int = Field(default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks.")
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="CurveZMQ: this output's secret certificate (`keys` makes one); encrypts the socket.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="CurveZMQ: a folder of client public certificates; only those may connect.",
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -248,6 +361,27 @@ class TransportConfig(_Model):
     )
 
 
+class HttpConfig(_Model):
+    enabled: bool = Field(default=False, description="Serve /metrics, /healthz and the control API.")
+    host: str = Field(
+        default="127.0.0.1", description="Address to listen on; anything but loopback needs a token."
+    )
+    port: int = Field(default=8700, ge=0, le=65535, description="TCP port; 0 picks a free one (logged).")
+    token: str | None = Field(
+        default=None, description="Bearer token the control endpoints require (metrics and health are open)."
+    )
+    keep_running: bool = Field(
+        default=False,
+        description="Stay up when every source has ended, for sources added through the control API.",
+    )
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> HttpConfig:
+        if self.enabled and self.host not in ("127.0.0.1", "localhost", "::1") and not self.token:
+            raise ValueError(f"http.host: listening on {self.host!r} needs http.token")
+        return self
+
+
 class Config(_Model):
     version: Literal[1] = Field(default=1, description="Config format version.")
     sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
@@ -259,6 +393,7 @@ class Config(_Model):
     outputs: tuple[Output, ...] = Field(min_length=1, description="Where results go.")
     stages: StagesConfig = Field(default_factory=StagesConfig, description="Stage workers.")
     transport: TransportConfig = Field(default_factory=TransportConfig, description="Links and pool.")
+    http: HttpConfig = Field(default_factory=HttpConfig, description="Metrics, health and control over HTTP.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -352,7 +487,7 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
         line = f"{key}: {msg} (got {shown})" if not isinstance(got, dict) else f"{key}: {msg}"
     if len(errors) > 1:
         line += f" (and {len(errors) - 1} more)"
-    return line
+    return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the value holds
 
 
 def _is_union_tag(part: object) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,9 @@ class Frame:
     timings: dict[str, list[float]] = field(default_factory=dict)
     error: str | None = None
     pool_wire: dict[str, Any] | None = None
+    deadline: float | None = None
+    """Seconds since the epoch after which the frame is stale: the worker loop skips inference for
+    it and the hub drops it (a live source's `max_staleness_ms`); None: never stale."""
 
     def region(self, name: str) -> np.ndarray:
         """A view of this frame's slot region `name` (image, input, output) in shared memory."""
@@ -67,6 +70,8 @@ class Frame:
             head["result"] = self.result
         if self.error is not None:
             head["error"] = self.error
+        if self.deadline is not None:
+            head["deadline"] = self.deadline
         return head
 
     @classmethod
@@ -90,6 +95,7 @@ class Frame:
             timings={k: list(v) for k, v in (header.get("ts") or {}).items()},
             error=header.get("error"),
             pool_wire=pool_wire,
+            deadline=float(header["deadline"]) if header.get("deadline") is not None else None,
         )
 
 
@@ -129,3 +135,24 @@ class FrameSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class SourceInterrupted(Exception):
+    """A live source was told to stop while it waited (to connect, or for its first frame): the
+    source ends without an error."""
+
+
+@runtime_checkable
+class LiveFrameSource(FrameSource, Protocol):
+    """A FrameSource that waits on the network, a device or a producer, and may reconnect.
+
+    The decode worker hands it `interrupted` before `open()`: the source calls it while it waits
+    (between attempts, for a first frame) and gives up when it says True, with SourceInterrupted
+    from `open()` or by ending `frames()`. `stats()` are its counters, sent on to the hub.
+    """
+
+    def set_interrupt(self, interrupted: Callable[[], bool]) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        """Running totals: reconnects, offline_s, online, corrupt, rejected {reason: count}."""
+        ...

@@ -59,7 +59,7 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
         for name, array in tensors.items():
             array = np.ascontiguousarray(array)
             descs.append([name, _NAMES.get(array.dtype) or array.dtype.name, list(array.shape)])
-            buffers.append(memoryview(array).cast("B") if array.size else b"")
+            buffers.append(array.data.cast("B") if array.size else b"")
         head["tensors"] = descs
     else:
         head.pop("tensors", None)

@@ -21,10 +21,21 @@ log = logging.getLogger(__name__)
 
 
 class Publisher:
-    def __init__(self, endpoint: str, mode: str = "pub", hwm: int = 1000) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        mode: str = "pub",
+        hwm: int = 1000,
+        *,
+        curve_secret_key: str | None = None,
+        curve_clients_dir: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.mode = mode
         self.hwm = hwm
+        self.curve_secret_key = curve_secret_key
+        self.curve_clients_dir = curve_clients_dir
+        self._auth: Any = None
         self.sent = 0
         self.dropped = 0
         self._ctx: zmq.Context | None = None
@@ -36,6 +47,8 @@ class Publisher:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, self.hwm)
         sock.setsockopt(zmq.LINGER, 2000)
+        if self.curve_secret_key:
+            self._secure(sock)
         try:
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
@@ -43,6 +56,31 @@ class Publisher:
             raise FramewireError(f"zmq output {self.endpoint}: cannot bind: {exc}") from None
         self._sock = sock
         log.info("zmq output: %s on %s", self.mode, self.endpoint)
+
+    def _secure(self, sock: zmq.Socket) -> None:
+        """CurveZMQ: encrypt with the server's key pair; with a clients folder, only the public keys
+        in it may connect (a ZAP handler checks each one)."""
+        import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
+
+        assert self.curve_secret_key is not None and self._ctx is not None
+        try:
+            public, secret = zmq.auth.load_certificate(self.curve_secret_key)
+        except (OSError, ValueError) as exc:
+            raise FramewireError(f"zmq output {self.endpoint}: curve key {self.curve_secret_key}: {exc}") from None
+        if secret is None:
+            raise FramewireError(
+                f"zmq output {self.endpoint}: {self.curve_secret_key} holds no secret key (use the .key_secret file)"
+            )
+        self._auth = ThreadAuthenticator(self._ctx)
+        self._auth.start()
+        if self.curve_clients_dir:
+            self._auth.configure_curve(domain="*", location=self.curve_clients_dir)
+        else:
+            self._auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_server = True
 
     def send(
         self,
@@ -77,6 +115,9 @@ class Publisher:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -32,7 +32,10 @@ import numpy as np
 import zmq
 
 from pipeline import messages as msg
+from pipeline.control import Command, ControlServer
+from pipeline.errors import ConfigError, FramewireError
 from pipeline.framepool import FramePool, PoolLayout
+from pipeline.metrics import Labels, Metrics
 from pipeline.worker import WorkerSpec, source_main, worker_main
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,17 @@ class SourcePlan:
     factory: Callable[[], Any]
     options: dict[str, Any]
     expected_frames: int | None = None
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where /metrics, /healthz and the control API listen (see pipeline.control)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8700
+    token: str | None = None
+    keep_running: bool = False
+    """Stay up when every source has ended, waiting for sources added through the control API."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,11 @@ class Plan:
     skip_failed_frames: bool = True
     ipc_dir: str | None = None
     log_level: int = logging.WARNING
+    http: HttpSettings | None = None
+    make_source: Callable[[Mapping[str, Any]], SourcePlan] | None = None
+    """Builds a source added at run time from its config (raises ConfigError)."""
+    restart_backoff_s: tuple[float, float] = (0.1, 5.0)
+    """First and longest delay before a dead worker is started again; doubles each time."""
     preload: tuple[str, ...] = ()
     """Modules every worker imports, imported once in the fork server that starts them."""
 
@@ -87,6 +106,12 @@ class Report:
     dropped: dict[str, int] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
+    reconnects: dict[str, int] = field(default_factory=dict)
+    stale: dict[str, int] = field(default_factory=dict)
+    """Frames dropped because they reached inference after the source's max_staleness_ms (also in
+    `dropped`, which counts every drop)."""
+    offline_s: dict[str, float] = field(default_factory=dict)
+    """Seconds live sources spent reconnecting, in gaps that ended."""
     elapsed_s: float = 0.0
     stopped: bool = False
 
@@ -126,13 +151,22 @@ class _Source:
     eos_frames: int | None = None
     eos_queued: bool = False
     next_out: int = 0
-    reorder: dict[int, Key] = field(default_factory=dict)
+    reorder: dict[int, Key | None] = field(default_factory=dict)
+    """Frames done with the middle stages, by seq; None: dropped as stale, nothing to output."""
     ungranted: list[int] = field(default_factory=list)
+    stopping: bool = False
     closed: set[str] = field(default_factory=set)
     done_frames: int = 0
     failed: int = 0
     dropped: int = 0
     error: str | None = None
+    # Live sources: decode's STATS (increments) and the stale drops counted here.
+    stale: int = 0
+    reconnects: int = 0
+    offline_s: float = 0.0
+    online: bool = True
+    corrupt: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -184,6 +218,14 @@ class Supervisor:
         self._stop_deadline: float | None = None
         self._bad_messages = 0
         self._started = False
+        self._next_index = len(plan.sources)
+        self._done_total = 0
+        self._pending_restarts: list[tuple[float, _Worker]] = []
+        self._last_tick = time.monotonic()
+        self._rates_at = time.monotonic()
+        self._rate_marks: dict[tuple[str, str], float] = {}
+        self._control: ControlServer | None = None
+        self.metrics = _declare_metrics(Metrics())
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._ipc_dir = ""
@@ -201,11 +243,14 @@ class Supervisor:
         try:
             self._open()
             self._spawn_all()
+            self._start_http()
             self._loop()
         except JobFailed as exc:
             self._report.exit_code = exc.exit_code
             self._report.error = str(exc)
         finally:
+            if self._control is not None:
+                self._control.stop()
             self._shutdown()
             self._restore_signals(old_handlers)
             self._report.elapsed_s = time.monotonic() - started
@@ -319,6 +364,7 @@ class Supervisor:
         poller.register(self._sock, zmq.POLLIN)
         next_check = 0.0
         while not self._all_done():
+            self._last_tick = time.monotonic()
             self._check_stop()
             events = dict(poller.poll(TICK_MS))
             if self._sock in events:
@@ -329,6 +375,10 @@ class Supervisor:
             if now >= next_check:
                 next_check = now + TICK_MS / 1000.0
                 self._check_workers()
+                self._restart_due()
+                self._run_commands()
+                self._retire_finished()
+                self._update_gauges()
             self._dispatch()
 
     def _receive_all(self) -> None:
@@ -347,9 +397,12 @@ class Supervisor:
             header, tensors = msg.decode(parts[1:])
         except msg.WireError as exc:
             self._bad_messages += 1
+            self.metrics.inc("framewire_bad_messages_total", reason=_reason(str(exc)))
             log.warning("dropped a bad message from %r: %s", identity, exc)
             return
         if worker is None:
+            self._bad_messages += 1
+            self.metrics.inc("framewire_bad_messages_total", reason="unknown_peer")
             log.debug("message from an unknown or retired worker %r", identity)
             return
         kind = header["type"]
@@ -375,6 +428,11 @@ class Supervisor:
     def _on_ready(self, worker: _Worker, header: dict[str, Any], _: dict[str, np.ndarray]) -> None:
         worker.ready = True
         worker.credits = max(1, int(header.get("credits", 1))) - len(worker.inflight)
+        provider = header.get("provider")
+        if isinstance(provider, str):
+            self.metrics.set(
+                "framewire_provider_info", 1, stage=worker.stage, index=worker.index, provider=provider
+            )
         for source in self._sources.values():  # an output learns the streams before their frames
             if source.info is not None and worker.stage in self._output_names:
                 self._send(worker, {"type": msg.STREAM, "source": source.plan.source_id, "info": source.info})
@@ -384,6 +442,8 @@ class Supervisor:
         source = self._sources[worker.spec.source_id or ""]
         info = dict(header.get("info") or {})
         source.info = info
+        if source.stopping:
+            self._send(worker, {"type": msg.STOP})
         regions = self.plan.slot_layout(source.plan.source_id, info)
         name = f"framewire-{os.getpid()}-{len([s for s in self._sources.values() if s.pool])}-{source.plan.source_id}"
         layout = PoolLayout.plan(name[:200], self.plan.slots_per_source, regions)
@@ -431,8 +491,19 @@ class Supervisor:
 
     def _on_stats(self, worker: _Worker, header: dict[str, Any], _: dict[str, np.ndarray]) -> None:
         source = self._sources.get(str(header.get("source")))
-        if source is not None:
+        if source is None:
+            return
+        try:
             source.dropped += int(header.get("dropped", 0))
+            source.reconnects += int(header.get("reconnects", 0))
+            source.offline_s += float(header.get("offline_s", 0.0))
+            source.corrupt += int(header.get("corrupt", 0))
+            if "online" in header:
+                source.online = bool(header["online"])
+            for reason, count in dict(header.get("rejected") or {}).items():
+                source.rejected[str(reason)[:32]] = source.rejected.get(str(reason)[:32], 0) + int(count)
+        except (TypeError, ValueError) as exc:
+            log.warning("source %s: bad STATS message: %s", source.plan.source_id, exc)
 
     def _on_result(self, worker: _Worker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         key = (str(header.get("source")), int(header.get("seq", -1)))
@@ -446,8 +517,15 @@ class Supervisor:
         if not self._at_stage(state, worker.stage):
             log.debug("late duplicate result for %s at %s", key, worker.stage)
             return
+        if header.get("stale"):  # past its max_staleness_ms before inference (pipeline.worker._stale)
+            self._drop_stale(key, state)
+            return
         header.pop("type", None)
         header.pop("stage", None)
+        span = (header.get("ts") or {}).get(worker.stage)
+        self.metrics.inc("framewire_frames_total", source=key[0], stage=worker.stage)
+        if span:
+            self.metrics.observe("framewire_stage_latency_seconds", span[1] - span[0], stage=worker.stage)
         state.header = header
         state.tensors = dict(tensors)
         state.stage_pos += 1
@@ -467,6 +545,7 @@ class Supervisor:
         if not self.plan.skip_failed_frames:
             raise JobFailed(f"{worker.stage} failed on source {key[0]} frame {key[1]}: {error}")
         self._sources[key[0]].failed += 1
+        self.metrics.inc("framewire_failed_frames_total", source=key[0], stage=worker.stage)
         state.header["error"] = f"{worker.stage}: {error}"
         state.header.pop("result", None)
         state.tensors = {}
@@ -516,10 +595,27 @@ class Supervisor:
         source.reorder[key[1]] = key
         self._release_in_order(source)
 
+    def _drop_stale(self, key: Key, state: _FrameState) -> None:
+        """A frame that reached inference too late (the source's `max_staleness_ms`): it is dropped,
+        not passed on unprocessed, so no output shows it as if it had been processed (a video file
+        of a live source simply has fewer frames). Its slot goes straight back to the source, the
+        order buffer steps over its seq, and it counts as dropped, reason "stale"."""
+        del self._frames[key]
+        source = self._sources[key[0]]
+        source.stale += 1
+        slot = int(state.header.get("slot", -1))
+        if source.worker is not None and not source.worker.finished and slot >= 0:
+            self._send(source.worker, {"type": msg.GRANT, "slots": [slot]})
+        source.reorder[key[1]] = None
+        self._release_in_order(source)
+
     def _release_in_order(self, source: _Source) -> None:
         """Hand frames to the outputs in sequence order; then end of stream, once."""
         while source.next_out in source.reorder:
             key = source.reorder.pop(source.next_out)
+            if key is None:  # dropped as stale: the outputs never see it
+                source.next_out += 1
+                continue
             state = self._frames[key]
             state.refs = len(self._output_names)
             for name in self._output_names:
@@ -543,14 +639,19 @@ class Supervisor:
         del self._frames[key]
         source = self._sources[key[0]]
         source.done_frames += 1
+        self.metrics.inc("framewire_frames_total", source=key[0], stage="output")
+        decode = (state.header.get("ts") or {}).get("decode")
+        if decode:
+            self.metrics.observe("framewire_end_to_end_latency_seconds", time.time() - decode[0], source=key[0])
         slot = int(state.header.get("slot", -1))
         if source.worker is not None and not source.worker.finished and slot >= 0:
             self._send(source.worker, {"type": msg.GRANT, "slots": [slot]})
+        self._done_total += 1
         if self.progress is not None:
-            self.progress(sum(s.done_frames for s in self._sources.values()), self._expected_total())
+            self.progress(self._done_total, self._expected_total())
 
     def _expected_total(self) -> int | None:
-        total = 0
+        total = sum(self._report.frames.values())  # sources already retired
         for source in self._sources.values():
             counted = (source.info or {}).get("frame_count")
             if source.eos_frames is not None:
@@ -644,26 +745,181 @@ class Supervisor:
             )
         self._restarts[worker.stage] = recent + [now]
         self._report.restarts[worker.stage] = self._report.restarts.get(worker.stage, 0) + 1
+        self.metrics.inc("framewire_worker_restarts_total", stage=worker.stage)
+        first, longest = self.plan.restart_backoff_s
+        delay = min(longest, first * 2 ** len(recent))
         queue = self._queues[worker.stage]
         lost = sorted(worker.inflight, key=lambda k: (k[1], k[0]), reverse=True)
         for key in lost:
             if key in self._frames and self._at_stage(self._frames[key], worker.stage):
                 queue.appendleft(key)
         log.warning(
-            "%s died (%s); restarting it, %d frame(s) it held go to the next worker",
+            "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
             worker.spec.title,
             how,
+            delay,
             len(lost),
         )
-        self._spawn(
-            worker.stage,
-            worker.index,
-            worker.generation + 1,
-            worker.spec.factory,
-            worker_main,
-            credits=worker.spec.credits,
-            label=worker.spec.label,
+        self._by_stage[worker.stage] = [w for w in self._by_stage.get(worker.stage, []) if w is not worker]
+        self._pending_restarts.append((now + delay, worker))
+
+    def _restart_due(self) -> None:
+        if not self._pending_restarts:
+            return
+        now = time.monotonic()
+        due = [(t, w) for t, w in self._pending_restarts if t <= now]
+        self._pending_restarts = [(t, w) for t, w in self._pending_restarts if t > now]
+        for _, worker in due:
+            self._spawn(
+                worker.stage,
+                worker.index,
+                worker.generation + 1,
+                worker.spec.factory,
+                worker_main,
+                credits=worker.spec.credits,
+                label=worker.spec.label,
+            )
+
+    # --- http: metrics, health, control --------------------------------------------------------
+
+    def _start_http(self) -> None:
+        settings = self.plan.http
+        if settings is None:
+            return
+        try:
+            self._control = ControlServer(settings.host, settings.port, settings.token, self.metrics, self.health)
+        except OSError as exc:
+            raise JobFailed(f"http: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        self._control.start()
+        self.http_url = self._control.url
+
+    def health(self) -> dict[str, bool]:
+        """Live: the hub loop turned in the last few seconds. Ready: every stage has a worker up."""
+        live = time.monotonic() - self._last_tick < 5.0
+        return {"live": live, "ready": live and self._started and not self._stop_requested}
+
+    def _run_commands(self) -> None:
+        if self._control is None:
+            return
+        while True:
+            try:
+                command = self._control.commands.get_nowait()
+            except Exception:  # queue.Empty
+                return
+            try:
+                self._command(command)
+            except FramewireError as exc:
+                command.answer(400, {"error": str(exc)})
+            except Exception as exc:  # an API call must never take the daemon down
+                log.exception("control command %s failed", command.action)
+                command.answer(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _command(self, command: Command) -> None:
+        if command.action == "list":
+            command.answer(200, {"sources": [self._describe(s) for s in self._sources.values()]})
+        elif command.action == "add":
+            self._add_source(command)
+        elif command.action == "remove":
+            source = self._sources.get(str(command.body))
+            if source is None:
+                command.answer(404, {"error": f"no source {command.body!r}"})
+                return
+            self._stop_source(source)
+            command.answer(202, {"removing": source.plan.source_id})
+        elif command.action in ("drain", "stop"):
+            self.request_stop()
+            if command.action == "stop":
+                self.request_stop()
+            command.answer(202, {command.action: True})
+        else:
+            command.answer(404, {"error": f"unknown command {command.action!r}"})
+
+    def _add_source(self, command: Command) -> None:
+        if self.plan.make_source is None:
+            command.answer(501, {"error": "this job cannot add sources"})
+            return
+        if self._stop_requested:
+            command.answer(409, {"error": "the daemon is stopping"})
+            return
+        if not isinstance(command.body, dict):
+            raise ConfigError("the body must be a JSON object with the keys of a sources: item")
+        source_plan = self.plan.make_source(command.body)
+        if source_plan.source_id in self._sources:
+            command.answer(409, {"error": f"source {source_plan.source_id!r} already exists"})
+            return
+        source = _Source(source_plan)
+        self._sources[source_plan.source_id] = source
+        index = self._next_index
+        self._next_index += 1
+        source.worker = self._spawn(
+            "decode",
+            index,
+            0,
+            source_plan.factory,
+            source_main,
+            source_id=source_plan.source_id,
+            options=source_plan.options,
         )
+        log.info("source %s added", source_plan.source_id)
+        command.answer(201, self._describe(source))
+
+    def _describe(self, source: _Source) -> dict[str, Any]:
+        state = "running"
+        if source.finished:
+            state = "ended"
+        elif source.eos_frames is not None:
+            state = "draining"
+        elif source.info is None:
+            state = "opening"
+        return {
+            "id": source.plan.source_id,
+            "state": state,
+            "frames": source.done_frames,
+            "dropped": source.dropped,
+            "failed": source.failed,
+            "error": source.error,
+            "width": (source.info or {}).get("width"),
+            "height": (source.info or {}).get("height"),
+        }
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        depth: dict[Labels, float] = {(("stage", n),): float(len(q)) for n, q in self._queues.items()}
+        m.replace("framewire_queue_depth", depth)
+        held: dict[Labels, float] = {
+            (("stage", n),): float(sum(len(w.inflight) for w in ws)) for n, ws in self._by_stage.items()
+        }
+        m.replace("framewire_frames_in_flight", held)
+        used: dict[Labels, float] = {}
+        slots: dict[Labels, float] = {}
+        dropped: dict[Labels, float] = {}
+        up: dict[Labels, float] = {}
+        for sid, source in self._sources.items():
+            key = (("source", sid),)
+            if source.pool is not None:
+                slots[key] = float(source.pool.layout.slots)
+                used[key] = float(sum(1 for k in self._frames if k[0] == sid))
+            dropped[(("reason", "policy"), ("source", sid))] = float(source.dropped)
+            up[key] = 0.0 if source.finished else 1.0
+        m.replace("framewire_pool_slots", slots)
+        m.replace("framewire_pool_slots_used", used)
+        m.replace("framewire_dropped_frames_total", dropped)
+        m.replace("framewire_source_up", up)
+        ready: dict[Labels, float] = {
+            (("stage", n),): float(sum(1 for w in ws if w.ready)) for n, ws in self._by_stage.items()
+        }
+        m.replace("framewire_workers", ready)
+        now = time.monotonic()
+        if now - self._rates_at >= 1.0:
+            fps = {}
+            with m.lock:
+                totals = dict(m._families["framewire_frames_total"].values)
+            for labels_, total in totals.items():
+                mark = self._rate_marks.get(labels_, total)  # type: ignore[arg-type]
+                fps[labels_] = (total - mark) / (now - self._rates_at)
+                self._rate_marks[labels_] = total  # type: ignore[index]
+            m.replace("framewire_fps", fps)
+            self._rates_at = now
 
     # --- stopping ------------------------------------------------------------------------------
 
@@ -675,12 +931,53 @@ class Supervisor:
             self._stop_deadline = time.monotonic() + self.plan.shutdown_timeout_s
             log.warning("stopping: no new frames; draining the ones in flight")
             for source in self._sources.values():
-                if source.worker is not None and not source.worker.finished:
-                    self._send(source.worker, {"type": msg.STOP})
+                self._stop_source(source)
         elif self._stop_requested > 1 or time.monotonic() > self._stop_deadline:
             raise JobFailed("stopped before every frame in flight was done", 1)
 
+    def _retire_finished(self) -> None:
+        """A source whose outputs are all closed: unlink its pool, let the workers unmap it, keep
+        only its counts. A daemon that adds and removes sources for weeks holds nothing of them."""
+        outputs = set(self._output_names)
+        for sid, source in list(self._sources.items()):
+            if not source.finished or source.closed != outputs:
+                continue
+            if any(key[0] == sid for key in self._frames):
+                continue
+            self._fold_into_report(sid, source)
+            if source.pool is not None:
+                name = source.pool.layout.name
+                source.pool.close()
+                source.pool = None
+                for worker in self._workers.values():
+                    if worker.ready and worker.stage != "decode":
+                        self._send(worker, {"type": msg.POOL, "source": sid, "drop": name})
+            del self._sources[sid]
+            for series in list(self._rate_marks):
+                if ("source", sid) in series:
+                    del self._rate_marks[series]
+
+    def _fold_into_report(self, sid: str, source: _Source) -> None:
+        report = self._report
+        report.frames[sid] = source.done_frames
+        report.failed[sid] = source.failed
+        report.dropped[sid] = source.dropped + source.stale
+        report.stale[sid] = source.stale
+        report.reconnects[sid] = source.reconnects
+        report.offline_s[sid] = round(source.offline_s, 3)
+        if source.error:
+            report.source_errors[sid] = source.error
+
+    def _stop_source(self, source: _Source) -> None:
+        """Ask a source to stop reading. Remembered: a decode worker that has not connected yet
+        cannot be sent anything, so it is told again when it first speaks (STREAM or EOS)."""
+        source.stopping = True
+        if source.worker is not None and not source.worker.finished:
+            self._send(source.worker, {"type": msg.STOP})
+
     def _all_done(self) -> bool:
+        if self.plan.http is not None and self.plan.http.keep_running and not self._stop_requested:
+            return False
         if not self._sources:
             return True
         for source in self._sources.values():
@@ -718,11 +1015,7 @@ class Supervisor:
     def _summarise(self) -> None:
         report = self._report
         for source_id, source in self._sources.items():
-            report.frames[source_id] = source.done_frames
-            report.failed[source_id] = source.failed
-            report.dropped[source_id] = source.dropped
-            if source.error:
-                report.source_errors[source_id] = source.error
+            self._fold_into_report(source_id, source)
         if report.exit_code == 0:
             if report.source_errors:
                 report.exit_code = 1
@@ -745,3 +1038,35 @@ def _exit_text(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _declare_metrics(metrics: Metrics) -> Metrics:
+    for name, kind, text in (
+        ("framewire_frames_total", "counter", "Frames that finished a stage, per source and stage."),
+        ("framewire_fps", "gauge", "Frames per second over the last second, per source and stage."),
+        ("framewire_stage_latency_seconds", "histogram", "Time a frame spends in a stage's process."),
+        ("framewire_end_to_end_latency_seconds", "histogram", "From the start of decode to the outputs."),
+        ("framewire_queue_depth", "gauge", "Frames waiting in the hub for a worker of the stage."),
+        ("framewire_frames_in_flight", "gauge", "Frames held by the workers of a stage."),
+        ("framewire_pool_slots", "gauge", "Frame-pool slots of a source."),
+        ("framewire_pool_slots_used", "gauge", "Frame-pool slots of a source holding a frame."),
+        ("framewire_dropped_frames_total", "counter", "Frames dropped, per source and reason."),
+        ("framewire_failed_frames_total", "counter", "Frames a stage failed on, passed on unprocessed."),
+        ("framewire_reconnects_total", "counter", "Times a live source reconnected."),
+        ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
+        ("framewire_workers", "gauge", "Workers up, per stage."),
+        ("framewire_source_up", "gauge", "1 while a source is being read."),
+        ("framewire_bad_messages_total", "counter", "Messages dropped because they broke the wire format."),
+        ("framewire_provider_info", "gauge", "The execution provider an infer worker uses."),
+    ):
+        metrics.declare(name, kind, text)
+    return metrics
+
+
+def _reason(error: str) -> str:
+    """A short, bounded label for a wire error (no values: label sets must stay small)."""
+    for word in ("msgpack", "version", "type", "tensor", "buffers", "header", "empty"):
+        if word in error:
+            return word
+    return "other"
+

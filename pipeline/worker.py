@@ -9,6 +9,7 @@ hardware (sessions, encoders, sockets) is created here, inside the spawned proce
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ import zmq
 
 from pipeline import messages as msg
 from pipeline.errors import FramewireError
-from pipeline.frame import Frame, FrameSource, Stage, StageContext
+from pipeline.frame import Frame, FrameSource, LiveFrameSource, SourceInterrupted, Stage, StageContext
 from pipeline.framepool import FramePool, PoolCache, PoolLayout
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,11 @@ def worker_main(spec: WorkerSpec) -> None:
         sock.close(linger=2000)
         ctx.term()
         os._exit(3)
-    _send(sock, {"type": msg.READY, "stage": spec.stage, "index": spec.index, "credits": spec.credits})
+    ready: dict[str, Any] = {"type": msg.READY, "stage": spec.stage, "index": spec.index, "credits": spec.credits}
+    describe = getattr(stage, "describe", None)
+    if callable(describe):  # e.g. the execution provider an infer worker ended up with
+        ready.update(describe())
+    _send(sock, ready)
     watch = _ParentWatch(spec.supervisor_pid)
     try:
         _serve(sock, stage, pools, context.streams, watch, spec)
@@ -177,6 +182,9 @@ def _serve(
             _work(sock, stage, pools, header, tensors, spec)
         elif kind == msg.STREAM:
             streams[str(header["source"])] = dict(header["info"])
+        elif kind == msg.POOL and header.get("drop"):  # a retired source's pool: unmap it
+            pools.drop(str(header["drop"]))
+            streams.pop(str(header.get("source")), None)
         elif kind == msg.EOS:
             source = str(header["source"])
             for _ in stage.flush(source):
@@ -231,6 +239,9 @@ def _work(
     spec: WorkerSpec,
 ) -> None:
     ident = {"source": header.get("source"), "seq": header.get("seq"), "stage": spec.stage}
+    if _stale(header, spec):
+        _reply_stale(sock, header, spec)
+        return
     try:
         frame = Frame.from_wire(header, tensors, pools)
         started = time.time()
@@ -255,6 +266,9 @@ def _work_batch(
     frames: list[Frame] = []
     for header, tensors in batch:
         ident = {"source": header.get("source"), "seq": header.get("seq"), "stage": spec.stage}
+        if _stale(header, spec):
+            _reply_stale(sock, header, spec)
+            continue
         try:
             frames.append(Frame.from_wire(header, tensors, pools))
         except Exception as exc:
@@ -283,6 +297,22 @@ def _reply(sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bo
     _send(sock, reply, frame.tensors if with_tensors else None)
 
 
+STALE_BEFORE = frozenset({"preprocess", "infer"})
+"""The stages that skip a frame past its deadline: up to inference, where the time would be spent."""
+
+
+def _stale(header: dict[str, Any], spec: WorkerSpec) -> bool:
+    deadline = header.get("deadline")
+    return spec.stage in STALE_BEFORE and isinstance(deadline, int | float) and time.time() > deadline
+
+
+def _reply_stale(sock: zmq.Socket, header: dict[str, Any], spec: WorkerSpec) -> None:
+    """The frame is too old to be worth inferring: say so, without tensors; the hub drops it."""
+    log.debug("%s: source %s seq %s is stale; skipped", spec.stage, header.get("source"), header.get("seq"))
+    _send(sock, {"type": msg.RESULT, "stage": spec.stage, "source": header.get("source"),
+                 "seq": header.get("seq"), "stale": True})
+
+
 def _failed(sock: zmq.Socket, ident: dict[str, Any], exc: BaseException) -> None:
     log.error("%s failed on source %s seq %s: %s", ident["stage"], ident["source"], ident["seq"], _one_line(exc))
     log.debug("%s", traceback.format_exc())
@@ -302,11 +332,17 @@ def source_main(spec: WorkerSpec) -> None:
     reader: FrameSource | None = None
     sent = 0
     error: str | None = None
+    grants = _Grants()
     try:
         reader = spec.factory()
+        stats = _SourceStats(source_id, reader)
+        if isinstance(reader, LiveFrameSource):  # it waits on the network: it must hear a STOP
+            reader.set_interrupt(functools.partial(_interrupted, sock, grants, watch, stats))
         info = reader.open()
         _send(sock, {"type": msg.STREAM, "source": source_id, "info": info})
-        sent, error = _pump(sock, reader, source_id, opts, watch)
+        sent, error = _pump(sock, reader, source_id, opts, watch, grants, stats)
+    except SourceInterrupted:
+        log.info("source %s: stopped before it connected", source_id)
     except BaseException as exc:
         error = _one_line(exc)
         log.debug("source %s failed", source_id, exc_info=True)
@@ -356,13 +392,75 @@ class _Grants:
             wait = 0
 
 
+class _SourceStats:
+    """A live source's running totals (`stats()`), sent to the hub as STATS messages that carry
+    what changed: counts as increments, `online` as it is now; at most every STATS_INTERVAL_S."""
+
+    def __init__(self, source_id: str, reader: Any) -> None:
+        self.source_id = source_id
+        self.read: Callable[[], dict[str, Any]] | None = getattr(reader, "stats", None)
+        self.sent: dict[str, Any] = {}
+        self.at = 0.0
+
+    def send(self, sock: zmq.Socket, *, force: bool = False) -> None:
+        if self.read is None:
+            return
+        now = time.monotonic()
+        if not force and now - self.at < STATS_INTERVAL_S:
+            return
+        self.at = now
+        current = {k: dict(v) if isinstance(v, dict) else v for k, v in self.read().items()}
+        changes = _changes(current, self.sent)
+        if changes:
+            self.sent = current
+            _send(sock, {"type": msg.STATS, "source": self.source_id, **changes})
+
+
+STATS_INTERVAL_S = 0.25
+
+
+def _changes(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in now.items():
+        old = before.get(key)
+        if isinstance(value, bool):
+            if value != old:
+                out[key] = value
+        elif isinstance(value, int | float):
+            step = value - (old or 0)
+            if step:
+                out[key] = step
+        elif isinstance(value, dict):
+            old = old or {}
+            steps = {k: v - old.get(k, 0) for k, v in value.items() if v != old.get(k, 0)}
+            if steps:
+                out[key] = steps
+    return out
+
+
+def _interrupted(sock: zmq.Socket, grants: _Grants, watch: _ParentWatch, stats: _SourceStats) -> bool:
+    """What a live source asks while it waits: has the hub said STOP (or gone)? Grants that arrive
+    meanwhile are kept, and the source's counters go out (it may be offline for a while)."""
+    grants.drain(sock, 0)
+    stats.send(sock)
+    return grants.stop or watch.gone()
+
+
 def _pump(
-    sock: zmq.Socket, reader: FrameSource, source_id: str, opts: dict[str, Any], watch: _ParentWatch
+    sock: zmq.Socket,
+    reader: FrameSource,
+    source_id: str,
+    opts: dict[str, Any],
+    watch: _ParentWatch,
+    grants: _Grants | None = None,
+    stats: _SourceStats | None = None,
 ) -> tuple[int, str | None]:
     policy = opts.get("policy", "block")
     realtime = bool(opts.get("realtime", False))
     max_frames = opts.get("max_frames")
-    grants = _Grants()
+    staleness_ms = opts.get("max_staleness_ms") if policy != "block" else None
+    grants = grants or _Grants()
+    stats = stats or _SourceStats(source_id, reader)
     while grants.pool is None and not grants.stop:
         grants.drain(sock, POLL_MS)
         if watch.gone():
@@ -434,11 +532,15 @@ def _pump(
             "pool": grants.pool_wire,
             "ts": {"decode": [decoded_at, time.time()]},
         }
+        if staleness_ms:
+            header["deadline"] = decoded_at + float(staleness_ms) / 1000.0
         if dropped:
             header["dropped"] = dropped
             dropped = 0
         _send(sock, header)
         seq += 1
+        stats.send(sock)
     if dropped:
         _send(sock, {"type": msg.STATS, "source": source_id, "dropped": dropped})
+    stats.send(sock, force=True)
     return seq, None

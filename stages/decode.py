@@ -22,6 +22,7 @@ import cv2
 import numpy as np
 
 from pipeline.errors import SourceError
+from pipeline.uris import redact as redact  # re-exported: stages and tests use it from here
 
 logger = logging.getLogger(__name__)
 
@@ -30,20 +31,6 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
 _BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
 _JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
-
-
-def redact(uri: str) -> str:
-    """`uri` fit for logs and messages: the user:password of a URL becomes `***`."""
-    match = _SCHEME.match(uri)
-    if not match:
-        return uri
-    rest = uri[match.end() :]
-    # Everything up to the last "@" before the query is user info; a password may hold "/" or "@".
-    head = re.split(r"[?#]", rest, maxsplit=1)[0]
-    at = head.rfind("@")
-    if at < 0:
-        return uri
-    return f"{match.group(0)}***@{rest[at + 1:]}"
 
 
 def local_path(uri: str) -> str | None:
@@ -135,12 +122,26 @@ class VideoReader:
     """
 
     def __init__(
-        self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None
+        self,
+        source_id: str,
+        uri: str,
+        *,
+        options: Mapping[str, str] | None = None,
+        format: str | None = None,
+        timeout_s: float | None = None,
+        live: bool = False,
     ) -> None:
-        """Cheap: nothing is opened. `options` go to FFmpeg for non-file URIs (e.g. rtsp_transport)."""
+        """Cheap: nothing is opened. `options` go to FFmpeg for non-file URIs (e.g. rtsp_transport);
+        `format` names the input format (v4l2 for a camera, whose path is then not read as a file);
+        `timeout_s` bounds opening and each read. `live`: a packet that does not decode (lost
+        datagrams) is skipped and counted in `corrupt` instead of ending the source."""
         self.source_id = source_id
         self.uri = uri
         self.options = dict(options or {})
+        self.format = format
+        self.timeout_s = timeout_s
+        self.live = live
+        self.corrupt = 0
         self._container: av.container.InputContainer | None = None
         self._stream: av.video.stream.VideoStream | None = None
         self._info: StreamInfo | None = None
@@ -158,7 +159,7 @@ class VideoReader:
         self.close()  # opening again starts over
         self._reading = False
         shown = redact(self.uri)
-        path = local_path(self.uri)
+        path = local_path(self.uri) if self.format is None else None
         if path is not None and not os.path.isfile(path):
             what = "is a directory" if os.path.isdir(path) else "file not found"
             raise SourceError(f"source {self.source_id}: {what}: {shown}")
@@ -166,9 +167,13 @@ class VideoReader:
             if path is not None:
                 container = av.open(path, mode="r")
             else:
-                container = av.open(self.uri, mode="r", options=self.options)
+                container = av.open(
+                    self.uri, mode="r", format=self.format, options=self.options, timeout=self.timeout_s
+                )
         except (av.FFmpegError, OSError) as err:
-            reason = getattr(err, "strerror", None) or type(err).__name__
+            reason = error_reason(err, self.timeout_s)
+            if path is None:  # never chain: FFmpeg's own message holds the URI with its password
+                raise SourceError(f"source {self.source_id}: cannot open {shown}: {reason}") from None
             raise SourceError(
                 f"source {self.source_id}: cannot open {shown}: not a readable video ({reason})"
             ) from err
@@ -176,7 +181,8 @@ class VideoReader:
             container.close()
             raise SourceError(f"source {self.source_id}: no video stream in {shown}")
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
+        # Frame threads hold frames back (one per thread): latency a live source does not want.
+        stream.thread_type = "SLICE" if self.live else "AUTO"
         self._container, self._stream = container, stream
         self._info = self._describe(container, stream, shown, is_file=path is not None)
         logger.info(
@@ -203,7 +209,7 @@ class VideoReader:
         last_pts: int | None = None
         derived = 0
         try:
-            for frame in container.decode(stream):
+            for frame in self._decode_live(container, stream) if self.live else container.decode(stream):
                 pts = next_pts(frame.pts, last_pts, step)
                 derived += pts != frame.pts
                 last_pts = pts
@@ -211,7 +217,9 @@ class VideoReader:
                 yield DecodedFrame(image, pts, float(pts * info.time_base), index)
                 index += 1
         except av.FFmpegError as err:
-            reason = getattr(err, "strerror", None) or type(err).__name__
+            reason = error_reason(err, self.timeout_s)
+            if self.live:
+                raise SourceError(f"source {self.source_id}: stream lost after frame {index}: {reason}") from None
             raise SourceError(
                 f"source {self.source_id}: decode error at frame {index}: {reason}"
             ) from err
@@ -229,6 +237,19 @@ class VideoReader:
             self._container.close()
             self._container = None
             self._stream = None
+
+    def _decode_live(
+        self, container: av.container.InputContainer, stream: av.video.stream.VideoStream
+    ) -> Iterator[av.VideoFrame]:
+        """Packet by packet: a packet that does not decode is skipped and counted; an error of the
+        connection itself (or a read timeout) still raises."""
+        for packet in container.demux(stream):
+            try:
+                frames = stream.decode(packet)
+            except av.InvalidDataError:
+                self.corrupt += 1
+                continue
+            yield from frames
 
     def __enter__(self) -> VideoReader:
         self.open()
@@ -299,6 +320,14 @@ class VideoReader:
     def _stream_start(self) -> int:
         stream = self._stream
         return stream.start_time if stream is not None and stream.start_time is not None else 0
+
+
+def error_reason(err: BaseException, timeout_s: float | None = None) -> str:
+    """Why PyAV failed, in a few words and without the URI (FFmpeg's message repeats it, password
+    and all); a read that the timeout interrupted says so."""
+    if isinstance(err, av.ExitError) and timeout_s is not None:
+        return f"no data for {timeout_s:g} s"
+    return getattr(err, "strerror", None) or type(err).__name__
 
 
 def next_pts(raw: int | None, last: int | None, step: int) -> int:

@@ -102,6 +102,12 @@ class Infer:
     def flush(self, source_id: str) -> Iterable[Frame]:
         return ()
 
+    def describe(self) -> dict[str, str]:
+        """What this worker runs on, for the metrics (`framewire_provider_info`)."""
+        if self.engine is None:
+            return {}
+        return {"backend": self.engine.backend, "provider": self.engine.provider}
+
     def stop(self) -> None:
         if self.engine is not None:
             self.engine.close()

@@ -17,7 +17,7 @@ from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
 from pipeline.errors import ConfigError
-from pipeline.supervisor import Plan, SourcePlan
+from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.decode import FileSource
 from stages.infer import Infer
@@ -49,7 +49,8 @@ def _preprocess(config: Config) -> Preprocess:
 
 def _engine(config: Config, index: int = 0) -> Engine:
     task = build_task(config)
-    return open_engine(config.engine, config.model.path, engine_axes(config, task), engine_options(config, task, index))
+    axes = engine_axes(config, task)
+    return open_engine(config.engine, config.model.path, axes, engine_options(config, task, index))
 
 
 def engine_axes(config: Config, task: Task) -> dict[str, tuple[int, ...]]:
@@ -148,14 +149,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
     outputs = tuple(
         (f"output{i}.{out.kind}", functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
     )
-    sources = tuple(
-        SourcePlan(
-            s.id,
-            functools.partial(_source, s),
-            {"policy": s.policy.value, "realtime": s.realtime, "max_frames": s.max_frames},
-        )
-        for s in config.sources
-    )
+    sources = tuple(source_plan(s) for s in config.sources)
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -171,4 +165,35 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
         ipc_dir=t.ipc_dir,
         log_level=log_level,
         preload=PRELOAD,
+        http=_http(config),
+        make_source=functools.partial(make_source, config),
     )
+
+
+def _http(config: Config) -> HttpSettings | None:
+    h = config.http
+    if not h.enabled:
+        return None
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+
+
+def source_plan(source: SourceConfig) -> SourcePlan:
+    return SourcePlan(
+        source.id,
+        functools.partial(_source, source),
+        {"policy": source.policy.value, "realtime": source.realtime, "max_frames": source.max_frames},
+    )
+
+
+def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
+    """A source added at run time (control API): validated like a `sources:` item of the config."""
+    from pydantic import ValidationError
+
+    from pipeline.config import describe_validation_error, resolve_inputs
+
+    try:
+        source = SourceConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, "source")) from None
+    resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[1]])
+    return source_plan(resolved.sources[0])

@@ -3,6 +3,7 @@ workers (factories are module-level)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -169,3 +170,15 @@ class BatchingPassthrough(Passthrough):
 
 def batching(name: str, max_batch: int, max_delay_ms: float = 5.0) -> BatchingPassthrough:
     return BatchingPassthrough(name, max_batch, max_delay_ms)
+
+
+def make_source_plan(raw: dict[str, Any]) -> Any:
+    """The control API's source factory for fake jobs: {"id": ..., "frames": n, "delay_s": x}."""
+    from pipeline.errors import ConfigError
+    from pipeline.supervisor import SourcePlan
+
+    if "id" not in raw or not isinstance(raw.get("frames", 1), int):
+        raise ConfigError("source: needs an id and an integer frames")
+    sid = str(raw["id"])
+    kwargs = {"delay_s": float(raw.get("delay_s", 0.0))}
+    return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs), {})

@@ -106,7 +106,13 @@ class ZmqSink:
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
-        self.publisher = Publisher(config.endpoint, config.mode, config.hwm)
+        self.publisher = Publisher(
+            config.endpoint,
+            config.mode,
+            config.hwm,
+            curve_secret_key=config.curve_secret_key,
+            curve_clients_dir=config.curve_clients,
+        )
 
     def start(self, ctx: StageContext) -> None:
         self.publisher.open()

@@ -1,0 +1,403 @@
+"""`bench engine -c FILE`: each backend, precision and batch size on real frames of a video.
+
+For every variant (`bench/variants.py`; default: every one this machine has) a fresh process opens
+the engine as an infer worker would (batch rewrite included) and measures:
+
+- start-up: opening the engine (session creation, TensorRT build or cache load), in seconds;
+- per batch size (`--batches 1,2,4,8`): latency of one inference call p50/p90/p99 in ms, per-frame
+  time (p50 / batch) and throughput in frames per second (frames over the summed call times), after
+  a warm-up, for at least `--seconds` and `--min-iterations`;
+- memory: peak RSS of the process (ru_maxrss, which includes Python, ONNX Runtime and the decoded
+  frames) and its growth from just before the engine opened; on a GPU, device memory in use after
+  the runs less before opening (cudaMemGetInfo: the whole device, so nothing else should run there).
+
+A model with a fixed batch of 1 whose graph cannot be rewritten gets rows for batch 1 only.
+`--repeat N` runs every variant N times (interleaved) and reports medians. `--json` writes
+everything, `--chart` a PNG (throughput and per-frame latency against batch size), and
+`--compare OLD.json NEW.json` prints the ratio NEW/OLD of each row instead of measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from bench import harness
+
+ROOT = harness.ROOT
+
+
+def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    add_config_args(parser)
+    parser.add_argument("--video", help="frames to run on (default: the config's first source)")
+    parser.add_argument("--frames", type=int, default=16, help="distinct frames cycled through (default: %(default)s)")
+    parser.add_argument("--batches", default="1,2,4,8", help="batch sizes (default: %(default)s)")
+    parser.add_argument(
+        "--variants", help="backend:device:precision list (default: every variant this machine has)"
+    )
+    parser.add_argument("--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)")
+    parser.add_argument("--calib-frames", type=int, default=128, help="frames to quantise on when no --int8-model")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: engine.threads)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per batch size (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per batch size (default: %(default)s)")
+    parser.add_argument("--min-iterations", type=int, default=20, help="timed calls per batch size, at least")
+    parser.add_argument("--max-iterations", type=int, default=2000, help="timed calls per batch size, at most")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every variant; medians reported")
+    parser.add_argument("--max-load", type=float, default=None, help="wait (up to 2 min) for a load average below this")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a variant may take (TensorRT builds)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    parser.add_argument("--chart", metavar="PATH", help="write a PNG chart here")
+    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two --json results and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return compare(args.compare[0], args.compare[1], args.json)
+    from bench import variants as vmod
+    from pipeline.config import load_config, resolve_inputs
+    from pipeline.errors import UsageError
+    from stages.plan import build_task
+
+    batches = _int_list(args.batches, "--batches")
+    if args.frames < 1 or args.repeat < 1:
+        raise UsageError("--frames and --repeat must be at least 1")
+    config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
+    if args.threads is not None:
+        config = config.model_copy(update={"engine": config.engine.model_copy(update={"threads": args.threads})})
+    task = build_task(config)
+    video = args.video or config.sources[0].uri
+    chosen = vmod.parse(args.variants) if args.variants else vmod.available()
+    int8_model, quantised = None, None
+    if any(v.uses_int8_model for v in chosen):
+        int8_model, quantised = vmod.ensure_int8_model(config, task, args.int8_model, video, args.calib_frames)
+    jobs = [
+        {
+            "config": config,
+            "variant": v,
+            "model": vmod.model_path(config, v, int8_model),
+            "video": video,
+            "frames": args.frames,
+            "batches": batches,
+            "warmup": args.warmup,
+            "seconds": args.seconds,
+            "min_iterations": args.min_iterations,
+            "max_iterations": args.max_iterations,
+        }
+        for v in chosen
+    ]
+    runs: dict[str, list[dict[str, Any]]] = {v.label: [] for v in chosen}
+    for repeat in range(args.repeat):
+        for job in jobs:
+            if args.max_load is not None:
+                harness.wait_for_quiet(args.max_load, 120.0, harness.stderr)
+            label = job["variant"].label
+            harness.stderr(f"bench engine: {label} (run {repeat + 1}/{args.repeat})")
+            runs[label].append(_in_child(job, args.timeout))
+    results = [_median_result(label, found) for label, found in runs.items()]
+    report = {
+        "benchmark": "engine",
+        "machine": harness.machine(),
+        "config": str(args.config),
+        "model": config.model.path,
+        "int8_model": int8_model,
+        "quantised_now": quantised,
+        "video": video,
+        "threads": config.engine.threads,
+        "batches": batches,
+        "repeat": args.repeat,
+        "results": results,
+    }
+    harness.say(render(report))
+    harness.write_json(args.json, report)
+    if args.chart:
+        chart(report, args.chart)
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+# --- one variant, in its own process ---------------------------------------------------------------
+
+
+def _in_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        future = pool.submit(measure, dict(job))
+        try:
+            return future.result(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - a crash or timeout becomes the variant's error
+            return {"variant": job["variant"].label, "error": _first_line(exc), "rows": []}
+
+
+def measure(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Open one variant's engine and time it at every batch size (runs in a fresh process)."""
+    import resource
+
+    import numpy as np
+    import psutil
+
+    from bench import variants as vmod
+    from engines.quantize import task_feeds, video_frames
+    from stages.plan import build_task
+
+    config, variant = job["config"], job["variant"]
+    batches: list[int] = list(job["batches"])
+    task = build_task(config)
+    result: dict[str, Any] = {
+        "variant": variant.label,
+        "backend": variant.backend,
+        "device": variant.device,
+        "precision": variant.precision,
+        "model": job["model"],
+        "rows": [],
+        "error": None,
+    }
+    try:
+        inputs = [feed[task.input_name] for feed in task_feeds(task, video_frames(job["video"], job["frames"]))]
+        if not inputs:
+            raise ValueError(f"no frames in {job['video']}")
+        result["input_shape"] = list(inputs[0].shape)
+        gpu_before = _gpu_used_mib() if variant.on_gpu else None
+        rss_before = psutil.Process().memory_info().rss
+        started = time.perf_counter()
+        engine = vmod.open_variant(config, variant, job["model"], max(batches), job["video"], task)
+        result["startup_s"] = time.perf_counter() - started
+        result["provider"] = engine.provider
+        task.check_model(engine.inputs, engine.outputs)
+        spec = next(t for t in engine.inputs if t.name == task.input_name)
+        batchable = not isinstance(spec.shape[0], int)
+        result["batchable"] = batchable
+        for batch in batches:
+            if batch > 1 and not batchable:
+                result["rows"].append({"batch": batch, "skipped": "the model takes a fixed batch of 1"})
+                continue
+            stacks = [
+                np.concatenate([inputs[(start + i) % len(inputs)] for i in range(batch)], axis=0)
+                for start in range(0, max(len(inputs), batch), batch)
+            ]
+            result["rows"].append(_time_batch(engine, task, stacks, batch, job))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        result["peak_rss_mib"] = peak / harness.MIB
+        result["engine_rss_mib"] = max(0, peak - rss_before) / harness.MIB
+        if gpu_before is not None:
+            after = _gpu_used_mib()
+            result["gpu_mem_mib"] = None if after is None else after - gpu_before
+        engine.close()
+    except Exception as exc:  # noqa: BLE001 - reported in the table, the other variants still run
+        result["error"] = _first_line(exc)
+    return result
+
+
+def _time_batch(engine: Any, task: Any, stacks: Sequence[Any], batch: int, job: Mapping[str, Any]) -> dict[str, Any]:
+    name, outputs = task.input_name, task.output_names
+    for i in range(job["warmup"]):
+        engine.infer({name: stacks[i % len(stacks)]}, outputs)
+    times: list[float] = []
+    began = time.perf_counter()
+    i = 0
+    while i < job["max_iterations"] and (
+        i < job["min_iterations"] or time.perf_counter() - began < job["seconds"]
+    ):
+        t0 = time.perf_counter()
+        engine.infer({name: stacks[i % len(stacks)]}, outputs)
+        times.append(time.perf_counter() - t0)
+        i += 1
+    ms = [t * 1000.0 for t in times]
+    p50 = harness.percentile(ms, 50)
+    return {
+        "batch": batch,
+        "iterations": len(times),
+        "latency_ms": {"p50": p50, "p90": harness.percentile(ms, 90), "p99": harness.percentile(ms, 99)},
+        "per_frame_ms": (p50 or 0.0) / batch,
+        "throughput_fps": batch * len(times) / sum(times) if times else None,
+    }
+
+
+def _gpu_used_mib(device: int = 0) -> float | None:
+    """Device memory in use (total - free), MiB; None without cuda-python or a GPU."""
+    try:
+        from engines import cuda
+
+        rt = cuda.runtime()
+        cuda.set_device(device)
+        err, free, total = rt.cudaMemGetInfo()
+        if cuda.failed(err):
+            return None
+        return (int(total) - int(free)) / harness.MIB
+    except Exception:  # noqa: BLE001 - memory is reported where it can be
+        return None
+
+
+def _median_result(label: str, found: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Medians over repeats of a variant: scalars and each batch row."""
+    good = [r for r in found if not r.get("error")]
+    if not good:
+        return dict(found[0]) if found else {"variant": label, "error": "not run", "rows": []}
+    merged = harness.median_of([{k: v for k, v in r.items() if k != "rows"} for r in good])
+    rows = []
+    for position, row in enumerate(good[0]["rows"]):
+        same = [r["rows"][position] for r in good if len(r["rows"]) > position]
+        rows.append(harness.median_of(same) if "skipped" not in row else dict(row))
+    merged["rows"] = rows
+    merged["runs"] = len(good)
+    if len(good) < len(found):
+        merged["failed_runs"] = [r.get("error") for r in found if r.get("error")]
+    return merged
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+HEADERS = ("variant", "batch", "p50 ms", "p90 ms", "p99 ms", "ms/frame", "frames/s", "start-up s", "peak RSS MiB", "GPU MiB")
+
+
+def render(report: Mapping[str, Any]) -> str:
+    rows: list[list[Any]] = []
+    notes: list[str] = []
+    for result in report["results"]:
+        label = result["variant"]
+        if result.get("error"):
+            rows.append([label, "-", None, None, None, None, None, None, None, None])
+            notes.append(f"{label}: {result['error']}")
+            continue
+        for row in result["rows"]:
+            if "skipped" in row:
+                notes.append(f"{label} batch {row['batch']}: skipped, {row['skipped']}")
+                continue
+            lat = row["latency_ms"]
+            rows.append(
+                [
+                    label,
+                    row["batch"],
+                    lat["p50"],
+                    lat["p90"],
+                    lat["p99"],
+                    row["per_frame_ms"],
+                    row["throughput_fps"],
+                    result.get("startup_s"),
+                    result.get("peak_rss_mib"),
+                    result.get("gpu_mem_mib"),
+                ]
+            )
+    machine = report.get("machine", {})
+    head = (
+        f"bench engine: {report['model']} on {report['video']} input {_shape(report)}, "
+        f"{report['threads']} thread(s); {machine.get('cpu', '?')}, {machine.get('logical_cores', '?')} cores, "
+        f"load {machine.get('load_average')}"
+    )
+    return "\n".join([head, harness.table(HEADERS, rows), *notes])
+
+
+def _shape(report: Mapping[str, Any]) -> str:
+    for result in report["results"]:
+        if result.get("input_shape"):
+            return "x".join(str(d) for d in result["input_shape"])
+    return "?"
+
+
+def chart(report: Mapping[str, Any], path: str) -> None:
+    """Throughput and per-frame latency against batch size, one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for result in report["results"]:
+        rows = [r for r in result.get("rows", []) if "skipped" not in r]
+        if result.get("error") or not rows:
+            continue
+        sizes = [r["batch"] for r in rows]
+        left.plot(sizes, [r["throughput_fps"] for r in rows], marker="o", label=result["variant"])
+        right.plot(sizes, [r["per_frame_ms"] for r in rows], marker="o", label=result["variant"])
+    for axis, title, unit in ((left, "throughput", "frames/s"), (right, "p50 latency per frame", "ms")):
+        axis.set_title(title)
+        axis.set_xlabel("batch size")
+        axis.set_ylabel(unit)
+        axis.set_xscale("log", base=2)
+        axis.grid(True, alpha=0.3)
+    left.legend(fontsize=8)
+    machine = report.get("machine", {})
+    fig.suptitle(
+        f"{Path(str(report['model'])).name}, input {_shape(report)}, {report['threads']} thread(s) "
+        f"- {machine.get('cpu', '?')}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+
+
+def compare(old_path: str, new_path: str, json_path: str | None = None) -> int:
+    """Row by row (variant, batch): NEW / OLD of latency p50, throughput, start-up and peak RSS."""
+    from pipeline.errors import UsageError
+
+    def load(path: str) -> dict[tuple[str, int], dict[str, Any]]:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--compare: cannot read {path}: {exc}") from None
+        if data.get("benchmark") != "engine":
+            raise UsageError(f"--compare: {path} is not a bench engine result")
+        out = {}
+        for result in data.get("results", []):
+            for row in result.get("rows", []):
+                if "skipped" not in row:
+                    out[(result["variant"], int(row["batch"]))] = {**row, "_result": result}
+        return out
+
+    old, new = load(old_path), load(new_path)
+    rows = []
+    compared = []
+    for key in [k for k in new if k in old] + [k for k in new if k not in old]:
+        n = new[key]
+        o = old.get(key)
+        if o is None:
+            rows.append([key[0], key[1], None, n["latency_ms"]["p50"], None, None, None, None])
+            continue
+        ratio = {
+            "latency_p50": _ratio(n["latency_ms"]["p50"], o["latency_ms"]["p50"]),
+            "throughput": _ratio(n["throughput_fps"], o["throughput_fps"]),
+            "startup": _ratio(n["_result"].get("startup_s"), o["_result"].get("startup_s")),
+            "peak_rss": _ratio(n["_result"].get("peak_rss_mib"), o["_result"].get("peak_rss_mib")),
+        }
+        compared.append({"variant": key[0], "batch": key[1], "new_over_old": ratio})
+        rows.append(
+            [key[0], key[1], o["latency_ms"]["p50"], n["latency_ms"]["p50"], ratio["latency_p50"],
+             ratio["throughput"], ratio["startup"], ratio["peak_rss"]]
+        )  # fmt: skip
+    headers = ("variant", "batch", "old p50 ms", "new p50 ms", "p50 new/old", "frames/s new/old", "start-up new/old", "RSS new/old")
+    harness.say(f"bench engine --compare: {old_path} -> {new_path}\n" + harness.table(headers, rows))
+    missing = [k for k in old if k not in new]
+    for variant, batch in missing:
+        harness.say(f"{variant} batch {batch}: only in {old_path}")
+    harness.write_json(json_path, {"benchmark": "engine-compare", "old": old_path, "new": new_path, "rows": compared})
+    return 0
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0:
+        return None
+    return new / old
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    from pipeline.errors import UsageError
+
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"{option}: expected comma-separated integers, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise UsageError(f"{option}: expected positive integers, got {text!r}")
+    return values
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "") or type(exc).__name__

@@ -1,0 +1,432 @@
+"""`bench transport`: what one hop of a decoded frame costs, by the ways a frame can travel.
+
+- `pool`: the frame is written into a shared-memory frame-pool slot (`pipeline.framepool`) and the
+  slot reference goes over a DEALER -> ROUTER ipc:// hop in the wire format (`pipeline.messages`),
+  as decode hands a frame to the hub; the receiver maps the slot (a numpy view, no copy).
+- `zmq`: the whole frame goes over the same hop as an inline tensor, sent with `copy=False`; the
+  receiver gets a numpy view on the received message.
+- `copy`: a plain in-process numpy copy into a preallocated array, for scale.
+- `hub`: the whole daemon with stages that do nothing: a source that hands out the same picture,
+  four no-op middle stages and three no-op outputs, as many processes as the default job, through
+  the real supervisor. Its frames per second and CPU time per frame (all processes, measured
+  between 20% and 90% of the frames, so start-up is left out) are the daemon's own cost per frame.
+
+The two ends of `pool` and `zmq` are two processes. Frames go one at a time: the receiver answers
+each one with a small message (the credit, as a worker's RESULT returns it), so the latency is the
+one-way time of a hop, not of a queue. Latency: from the start of the send (for `pool`, the start of
+the write into the slot) to the receiver holding the frame as an array, on CLOCK_MONOTONIC, which
+both processes share. CPU time per frame: both processes, all their threads (ZeroMQ's I/O threads
+included), the small answer included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from bench import harness
+
+SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
+
+
+def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=list(SIZES),
+        help="frame sizes: 720p, 1080p, 4k or WIDTHxHEIGHT (default: %(default)s)",
+    )
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
+    parser.add_argument("--frames", type=int, default=200, help="frames per size and mode (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=10, help="frames sent first and not counted")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians reported")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="before each size and mode, wait (up to 45 s) for the 1-minute load average to drop below this",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    sizes = [parse_size(s) for s in args.sizes]
+    result = measure(
+        sizes,
+        modes=args.modes,
+        frames=args.frames,
+        warmup=args.warmup,
+        repeat=max(1, args.repeat),
+        max_load=args.max_load,
+        log=harness.stderr,
+    )
+    harness.write_json(args.json, result)
+    harness.say(format_table(result))
+    return 0
+
+
+def parse_size(text: str) -> tuple[str, int, int]:
+    key = text.lower()
+    if key in SIZES:
+        return (key, *SIZES[key])
+    try:
+        width, height = (int(v) for v in key.split("x"))
+    except ValueError:
+        from pipeline.errors import UsageError
+
+        raise UsageError(f"--sizes: {text!r} is not 720p, 1080p, 4k or WIDTHxHEIGHT") from None
+    return (f"{width}x{height}", width, height)
+
+
+def measure(
+    sizes: Sequence[tuple[str, int, int]],
+    *,
+    modes: Sequence[str] = MODES,
+    frames: int = 200,
+    warmup: int = 10,
+    repeat: int = 3,
+    max_load: float | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    results: list[dict[str, Any]] = []
+    load_before = harness.load_average()
+    for name, width, height in sizes:
+        for mode in modes:
+            runs = []
+            if max_load is not None:
+                harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, log)
+            for _ in range(repeat):
+                load = harness.load_average()[0]
+                one = _one(mode, width, height, frames, warmup)
+                one["load_before"] = load
+                runs.append(one)
+            entry = {"size": name, "width": width, "height": height, "mode": mode, "bytes": width * height * 3}
+            entry.update(harness.median_of(runs))
+            entry["runs"] = runs
+            results.append(entry)
+            log(
+                f"{name} {mode}: latency p50 {entry['latency_ms']['p50']:.3f} ms, "
+                f"CPU {entry['cpu_ms_per_frame']:.3f} ms/frame"
+            )
+    return {
+        "benchmark": "transport",
+        "machine": harness.machine(),
+        "load_before": load_before,
+        "frames": frames,
+        "warmup": warmup,
+        "repeat": repeat,
+        "results": results,
+    }
+
+
+def _one(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
+    if mode == "copy":
+        return _copy(width, height, frames, warmup)
+    if mode == "hub":
+        return _hub(width, height, frames + warmup)
+    return _hop(mode, width, height, frames, warmup)
+
+
+def _copy(width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
+    import numpy as np
+
+    src = _picture(width, height)
+    dst = np.empty_like(src)
+    latencies = []
+    cpu0 = time.process_time()
+    for i in range(warmup + frames):
+        if i == warmup:
+            cpu0 = time.process_time()
+        t0 = time.monotonic_ns()
+        np.copyto(dst, src)
+        if i >= warmup:
+            latencies.append((time.monotonic_ns() - t0) / 1e6)
+    cpu = time.process_time() - cpu0
+    return _summary(latencies, cpu, frames)
+
+
+def _picture(width: int, height: int) -> Any:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    return rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+
+
+def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
+    """Two processes: this one sends (DEALER, as decode or a worker), a spawned one receives (ROUTER,
+    as the hub), answering each frame."""
+    import numpy as np
+    import zmq
+
+    from pipeline import messages as msg
+    from pipeline.framepool import FramePool, PoolLayout
+
+    folder = tempfile.mkdtemp(prefix="fw-transport-")
+    endpoint = f"ipc://{folder}/hop.sock"
+    ctx = zmq.Context()
+    pool: FramePool | None = None
+    receiver: Any = None
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, b"sender")
+        slots = 4
+        pool_wire = None
+        if mode.startswith("pool"):
+            layout = PoolLayout.plan(
+                f"framewire-bench-{os.getpid()}-{width}x{height}", slots, {"image": ((height, width, 3), "uint8")}
+            )
+            pool = FramePool.create(layout)
+            pool_wire = layout.to_wire()
+        mp = multiprocessing.get_context("spawn")
+        ready = mp.Event()
+        out_q = mp.SimpleQueue()
+        receiver = mp.Process(
+            target=_receiver_main, args=(endpoint, mode, frames + warmup, warmup, ready, out_q), daemon=True
+        )
+        receiver.start()
+        if not ready.wait(60):
+            raise RuntimeError("transport receiver did not start")
+        sock.connect(endpoint)
+        image = _picture(width, height)
+        cpu0 = time.process_time()
+        for i in range(warmup + frames):
+            if i == warmup:
+                cpu0 = time.process_time()
+            slot = i % slots
+            t0 = time.monotonic_ns()
+            header: dict[str, Any] = {"type": msg.FRAME, "source": "bench", "seq": i, "t0": t0}
+            if pool is not None:
+                if mode == "pool" or i < slots:
+                    np.copyto(pool.view(slot, "image"), image)
+                header.update(slot=slot, pool=pool_wire)
+                sock.send_multipart(msg.encode(header), copy=False)
+            else:
+                sock.send_multipart(msg.encode(header, {"image": image}), copy=False)
+            sock.recv_multipart()  # the credit back
+        sender_cpu = time.process_time() - cpu0
+        sock.send_multipart(msg.encode({"type": msg.STOP}))
+        latencies, receiver_cpu = out_q.get()
+        receiver.join(10)
+        sock.close(linger=0)
+        return _summary(latencies, sender_cpu + receiver_cpu, frames, sender_cpu=sender_cpu, receiver_cpu=receiver_cpu)
+    finally:
+        if receiver is not None and receiver.is_alive():
+            receiver.kill()
+            receiver.join(5)
+        ctx.term()
+        if pool is not None:
+            pool.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _receiver_main(endpoint: str, mode: str, total: int, warmup: int, ready: Any, out_q: Any) -> None:
+    """The receiving process: a ROUTER like the hub's; each frame becomes a numpy array here."""
+    import zmq
+
+    from pipeline import messages as msg
+    from pipeline.framepool import PoolCache
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    pools = PoolCache()
+    ready.set()
+    latencies: list[float] = []
+    checksum = 0
+    cpu0 = time.process_time()
+    for i in range(total + 1):
+        if i == warmup:
+            cpu0 = time.process_time()
+        parts = sock.recv_multipart(copy=False)
+        header, tensors = msg.decode(parts[1:])
+        if header["type"] == msg.STOP:
+            break
+        if mode.startswith("pool"):
+            image = pools.get(header["pool"]).view(int(header["slot"]), "image")
+        else:
+            image = tensors["image"]
+        arrived = time.monotonic_ns()
+        checksum += int(image[0, 0, 0])  # the frame is there to read
+        if i >= warmup:
+            latencies.append((arrived - int(header["t0"])) / 1e6)
+        sock.send_multipart([parts[0].bytes, *msg.encode({"type": msg.GRANT, "slots": [header.get("slot", 0)]})])
+    cpu = time.process_time() - cpu0
+    out_q.put((latencies, cpu))
+    pools.close()
+    sock.close(linger=0)
+    ctx.term()
+
+
+# --- the hub with no-op stages -------------------------------------------------------------------
+
+
+class StillSource:
+    """A source (pipeline.frame.FrameSource) that hands out the same picture `frames` times."""
+
+    def __init__(self, width: int, height: int, frames: int) -> None:
+        self.width, self.height, self.count = width, height, frames
+
+    def open(self) -> dict[str, Any]:
+        return {
+            "source_id": "still",
+            "uri": "bench:still",
+            "width": self.width,
+            "height": self.height,
+            "fps": "1000/1",
+            "time_base": "1/1000",
+            "frame_count": self.count,
+        }
+
+    def frames(self) -> Any:
+        import numpy as np
+
+        picture = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+        for i in range(self.count):
+            yield picture, i, i / 1000.0
+
+    def close(self) -> None:
+        return None
+
+
+class NoopStage:
+    """A stage that passes its frame on untouched; as an output (`latencies` set), it writes each
+    frame's latency from decode into that file when its source ends."""
+
+    def __init__(self, latencies: str | None = None) -> None:
+        self.latencies_path = latencies
+        self.latencies: list[float] = []
+
+    def start(self, ctx: Any) -> None:
+        return None
+
+    def process(self, frame: Any) -> Any:
+        if self.latencies_path is None:
+            yield frame
+            return
+        self.latencies.append((time.time() - frame.timings["decode"][0]) * 1000.0)
+
+    def flush(self, source_id: str) -> Any:
+        if self.latencies_path is not None:
+            import json
+
+            with open(self.latencies_path, "w", encoding="utf-8") as f:
+                json.dump(self.latencies, f)
+        return ()
+
+    def stop(self) -> None:
+        return None
+
+
+def _still(width: int, height: int, frames: int) -> StillSource:
+    return StillSource(width, height, frames)
+
+
+def _noop(latencies: str | None = None) -> NoopStage:
+    return NoopStage(latencies)
+
+
+def _image_layout(source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    return {"image": ((int(info["height"]), int(info["width"]), 3), "uint8")}
+
+
+def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
+    """Frames through the real supervisor and the default job's processes, with no work in them."""
+    import functools
+    import json
+
+    import psutil
+
+    from pipeline.supervisor import Plan, SourcePlan, Supervisor
+
+    folder = tempfile.mkdtemp(prefix="fw-hub-")
+    latencies_path = os.path.join(folder, "latencies.json")
+    middle = tuple(
+        (name, 2 if name == "infer" else 1, functools.partial(_noop))
+        for name in ("preprocess", "infer", "postprocess", "composite")
+    )
+    outputs = (
+        ("output0", functools.partial(_noop, latencies_path)),
+        ("output1", functools.partial(_noop)),
+        ("output2", functools.partial(_noop)),
+    )
+    plan = Plan(
+        middle=middle,
+        outputs=outputs,
+        sources=(SourcePlan("still", functools.partial(_still, width, height, frames), {}),),
+        slot_layout=_image_layout,
+        preload=("bench.transport",),
+    )
+    marks: dict[int, tuple[float, float]] = {}
+    first, last = max(1, frames // 5), max(2, frames * 9 // 10)
+
+    def cpu_now() -> float:
+        total = 0.0
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                continue
+        return total
+
+    def progress(done: int, _total: int | None) -> None:
+        if done in (first, last):
+            marks[done] = (time.monotonic(), cpu_now())
+
+    try:
+        report = Supervisor(plan, progress=progress).run()
+        latencies = json.loads(open(latencies_path, encoding="utf-8").read())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if report.exit_code or first not in marks or last not in marks:
+        raise RuntimeError(f"bench transport: the no-op pipeline failed: {report.error}")
+    (t0, c0), (t1, c1) = marks[first], marks[last]
+    counted = last - first
+    out = _summary(latencies[first:last], c1 - c0, counted)
+    out["fps"] = counted / (t1 - t0) if t1 > t0 else None
+    return out
+
+
+def _summary(latencies: Sequence[float], cpu_s: float, frames: int, **extra: float) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "latency_ms": {
+            "p50": harness.percentile(latencies, 50),
+            "p99": harness.percentile(latencies, 99),
+            "mean": sum(latencies) / len(latencies) if latencies else None,
+        },
+        "cpu_ms_per_frame": cpu_s / frames * 1000.0 if frames else None,
+    }
+    for key, value in extra.items():
+        out[f"{key}_ms_per_frame"] = value / frames * 1000.0 if frames else None
+    return out
+
+
+def format_table(result: Mapping[str, Any]) -> str:
+    rows = []
+    for entry in result["results"]:
+        rows.append(
+            [
+                entry["size"],
+                entry["mode"],
+                round(entry["bytes"] / 2**20, 1),
+                entry["latency_ms"]["p50"],
+                entry["latency_ms"]["p99"],
+                entry["cpu_ms_per_frame"],
+                entry.get("fps"),
+            ]
+        )
+    head = (
+        f"bench transport: {result['frames']} frames per measurement, {result['repeat']} repeat(s), medians "
+        f"(load before {result['load_before'][0]:.2f})"
+    )
+    return head + "\n" + harness.table(["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps"], rows)

@@ -1,0 +1,338 @@
+"""INT8 on the CPU: ONNX Runtime static quantisation (QDQ), calibrated on real frames.
+
+The calibration data are frames of a video passed through the task's own preprocessing, so the
+activation ranges are those the model sees in the daemon. The result is an ordinary ONNX file, usable
+as `model.path` of any config:
+
+- height and width stay dynamic where the task asks for it (they are rewritten before quantising,
+  so calibration runs at the frames' own size), and the batch dimension stays 1 in the file (the
+  loader rewrites it for dynamic batching, as for the fp32 model);
+- the opset is raised to 13 when lower (per-channel QDQ needs `axis` on DequantizeLinear).
+
+What is quantised was chosen by measurement (docs/benchmarks.md, "INT8 on the CPU"): activations
+uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; s8s8 activations measured slower on
+x86), weights symmetric and per output channel (more accurate, same speed), and convolutions with
+fewer than `min_channels` input or output channels stay in fp32. MLAS's int8 convolutions gather
+their input through a buffer of pointers per output pixel, which costs more than the arithmetic
+saves when a pixel holds only 3-16 channels (the first RGB convolution, the early depthwise layers
+at high resolution), and its fast kernels want 16 or more output channels: quantising those made
+YuNet slower than fp32. The 1-10 channel output heads are where the boxes and scores are decided;
+keeping them fp32 raised face agreement on small faces (bikes.mp4) from 0.89 to 0.96.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError, EngineError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from stages.tasks.base import Task
+
+logger = logging.getLogger(__name__)
+
+QUANT_OPSET = 13
+"""Lowest opset with per-axis QuantizeLinear/DequantizeLinear."""
+
+METADATA_KEY = "framewire.quantization"
+"""Model metadata entry recording how a file was quantised (JSON)."""
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """How to quantise; the defaults are the measured best for YuNet on an AVX-512 VNNI CPU."""
+
+    per_channel: bool = True
+    """Weights quantised per output channel (more accurate; per-tensor only saves a little memory)."""
+    min_channels: int = 32
+    """Convolutions with fewer input or output channels stay fp32 (0 quantises every convolution)."""
+    exclude: tuple[str, ...] = ()
+    """Further node names to keep in fp32."""
+    method: str = "minmax"
+    """Calibration: minmax, entropy or percentile (the last two keep a histogram: slower)."""
+    reduce_range: bool = False
+    """7-bit weights: for CPUs without VNNI, where u8s8 products can saturate."""
+
+    def __post_init__(self) -> None:
+        if self.method not in CALIBRATION_METHODS:
+            raise ConfigError(f"calibration method {self.method!r}: one of {', '.join(CALIBRATION_METHODS)}")
+        if self.min_channels < 0:
+            raise ConfigError(f"min_channels must be >= 0, got {self.min_channels}")
+
+
+@dataclass
+class QuantizeReport:
+    """What `quantize_model` did."""
+
+    output: str
+    frames: int
+    seconds: float
+    quantized_nodes: int
+    float_nodes: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    source_sha256: str = ""
+
+
+# --- calibration data ----------------------------------------------------------------------------
+
+
+def _calibration_reader_base() -> type:
+    from onnxruntime.quantization import CalibrationDataReader
+
+    return CalibrationDataReader
+
+
+class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
+    """ONNX Runtime's `CalibrationDataReader` over an iterator of model feeds (`{input name: array}`).
+
+    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `task_feeds(...)`.
+    `count` says how many feeds were handed out; `limit` stops after that many.
+    """
+
+    def __init__(self, feeds: Iterable[Mapping[str, np.ndarray]], limit: int | None = None) -> None:
+        self._feeds: Iterator[Mapping[str, np.ndarray]] = iter(feeds)
+        self.limit = limit
+        self.count = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.limit is not None and self.count >= self.limit:
+            return None
+        feed = next(self._feeds, None)
+        if feed is None:
+            return None
+        self.count += 1
+        return {name: np.ascontiguousarray(value) for name, value in feed.items()}
+
+
+def task_feeds(task: Task, images: Iterable[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
+    """Model feeds of BGR frames through the task's own preprocessing (a fresh array per frame)."""
+    for image in images:
+        height, width = image.shape[:2]
+        spec = task.input_spec(width, height)
+        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
+        task.preprocess(image, buffer)
+        yield {task.input_name: buffer}
+
+
+def video_frames(uri: str, count: int, *, stride: int | None = None) -> Iterator[np.ndarray]:
+    """Up to `count` BGR frames of a video, every `stride`-th one (default: spread over the whole
+    video when it says how long it is, else consecutive)."""
+    from stages.decode import VideoReader
+
+    if count < 1:
+        return
+    with VideoReader("calibration", uri) as reader:
+        total = reader.info.frame_count
+        step = stride or (max(1, total // count) if total else 1)
+        taken = 0
+        for frame in reader.frames():
+            if frame.index % step:
+                continue
+            yield frame.image
+            taken += 1
+            if taken >= count:
+                # Stop decoding early: closing the reader is enough, no truncation check runs.
+                return
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+
+def prepare_float_model(
+    path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None
+) -> onnx.ModelProto:
+    """The fp32 model ready to quantise: task axes dynamic, opset >= 13, every node named."""
+    import onnx
+    from onnx import version_converter
+
+    from engines.onnx_model import load_model_bytes
+
+    axes = {name: tuple(a for a in values if a != 0) for name, values in (dynamic_axes or {}).items()}
+    model = onnx.load_from_string(load_model_bytes(path, axes))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and opset < QUANT_OPSET:
+        try:
+            model = version_converter.convert_version(model, QUANT_OPSET)
+        except Exception as exc:  # noqa: BLE001 - the converter raises bare RuntimeErrors
+            raise EngineError(f"model {path}: cannot raise opset {opset} to {QUANT_OPSET}: {exc}") from None
+    names: set[str] = set()
+    for index, node in enumerate(model.graph.node):
+        if not node.name or node.name in names:
+            node.name = f"{node.op_type}_{index}"
+        names.add(node.name)
+    return model
+
+
+def few_channel_convs(model: onnx.ModelProto, min_channels: int) -> list[str]:
+    """Names of the Conv nodes with fewer than `min_channels` input or output channels (from the
+    weights [out, in / groups, kh, kw])."""
+    if min_channels <= 0:
+        return []
+    from onnx import helper
+
+    weights = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    names = []
+    for node in model.graph.node:
+        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+            continue
+        dims = weights[node.input[1]]
+        group = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+        if len(dims) >= 2 and min(dims[0], dims[1] * int(group)) < min_channels:
+            names.append(node.name)
+    return names
+
+
+def quantize_model(
+    model_path: str | Path,
+    output_path: str | Path,
+    feeds: Iterable[Mapping[str, np.ndarray]],
+    *,
+    dynamic_axes: Mapping[str, tuple[int, ...]] | None = None,
+    options: QuantizeOptions | None = None,
+) -> QuantizeReport:
+    """Quantise `model_path` (QDQ, u8 activations, s8 weights) calibrated on `feeds`; write
+    `output_path`. Raises EngineError when no feed came or the result does not load."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    options = options or QuantizeOptions()
+    started = time.monotonic()
+    model = prepare_float_model(model_path, dynamic_axes)
+    known = {node.name for node in model.graph.node}
+    unknown = [name for name in options.exclude if name not in known]
+    if unknown:
+        raise ConfigError(f"--exclude: the model has no node(s) {', '.join(map(repr, unknown))}")
+    float_nodes = sorted(set(few_channel_convs(model, options.min_channels)) | set(options.exclude))
+    reader = FeedReader(feeds)
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[options.method]
+    output = Path(output_path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="framewire-quantize-") as tmp, _quiet_quantizer():
+        prepared = Path(tmp) / "float.onnx"
+        onnx.save(model, str(prepared))
+        try:
+            quantize_static(
+                str(prepared),
+                str(output),
+                reader,
+                quant_format=QuantFormat.QDQ,
+                per_channel=options.per_channel,
+                reduce_range=options.reduce_range,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=float_nodes,
+                calibrate_method=method,
+                extra_options={"WeightSymmetric": True, "ActivationSymmetric": False},
+            )
+        except Exception as exc:  # noqa: BLE001 - ORT's quantiser raises whatever it meets
+            if reader.count == 0:
+                raise EngineError(f"quantize: no calibration frames reached the model {model_path}") from None
+            raise EngineError(f"quantize: ONNX Runtime could not quantise {model_path}: {exc}") from None
+    if reader.count == 0:
+        raise EngineError(f"quantize: no calibration frames reached the model {model_path}")
+    quantized = onnx.load(str(output))
+    count = sum(1 for node in quantized.graph.node if node.op_type == "QuantizeLinear")
+    report = QuantizeReport(
+        output=str(output),
+        frames=reader.count,
+        seconds=time.monotonic() - started,
+        quantized_nodes=count,
+        float_nodes=float_nodes,
+        options=asdict(options),
+        source_sha256=_sha256(model_path),
+    )
+    entry = quantized.metadata_props.add()
+    entry.key = METADATA_KEY
+    entry.value = json.dumps(
+        {
+            "source": Path(model_path).name,
+            "source_sha256": report.source_sha256,
+            "frames": report.frames,
+            "format": "QDQ u8s8",
+            **report.options,
+        }
+    )
+    onnx.save(quantized, str(output))
+    _check_loads(output, dynamic_axes)
+    return report
+
+
+def quantization_info(path: str | Path) -> dict[str, Any] | None:
+    """The `framewire.quantization` metadata of a model file, None for a model not made by us."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for entry in model.metadata_props:
+        if entry.key == METADATA_KEY:
+            try:
+                info = json.loads(entry.value)
+            except ValueError:
+                return None
+            return info if isinstance(info, dict) else None
+    return None
+
+
+def _check_loads(path: Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None) -> None:
+    from engines.onnxruntime import OnnxRuntimeEngine
+
+    try:
+        OnnxRuntimeEngine(str(path), threads=1, dynamic_axes=dynamic_axes or None).close()
+    except Exception as exc:  # noqa: BLE001 - reported as the quantiser's failure
+        raise EngineError(f"quantize: the quantised model {path} does not load: {exc}") from None
+
+
+def _sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[io.StringIO]:
+    """ONNX Runtime's quantiser logs advice on the root logger ("consider pre-processing") and its
+    histogram calibrators print progress to stdout; the command line shows its own summary instead
+    (the progress goes to the debug log)."""
+    root = logging.getLogger()
+
+    def advice(record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage() and "preprocess" not in record.getMessage()
+
+    root.addFilter(advice)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            yield captured
+    finally:
+        root.removeFilter(advice)
+        if captured.getvalue().strip():
+            logger.debug("quantiser output:\n%s", captured.getvalue().rstrip())
+
+
+def describe_float_nodes(names: Sequence[str], limit: int = 8) -> str:
+    """`a, b, c and 5 more`: a short list for a one-line summary."""
+    if not names:
+        return "none"
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"

@@ -1,0 +1,94 @@
+"""`quantize`: an INT8 copy of a config's model for the CPU, calibrated on frames of a video.
+
+    python run_pipeline.py quantize -c configs/default.yaml --video assets/videos/bikes.mp4 \\
+        --frames 64 --output out/yunet-int8.onnx
+    python run_pipeline.py run -c configs/default.yaml --set model.path=out/yunet-int8.onnx
+
+Importing this module is cheap; ONNX Runtime's quantiser is loaded by the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    parser = sub.add_parser(
+        "quantize",
+        help="INT8 (ONNX Runtime static QDQ) copy of the config's model, calibrated on a video",
+        description="Quantise model.path of the config to INT8 for ONNX Runtime on the CPU. "
+        "Calibration frames go through the task's own preprocessing.",
+    )
+    add_config_args(parser)
+    parser.add_argument(
+        "--video", help="calibration video (default: the config's first source)"
+    )
+    parser.add_argument("--frames", type=int, default=128, help="calibration frames (default: %(default)s)")
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="take every N-th frame (default: spread the frames over the whole video)",
+    )
+    parser.add_argument("--output", "-o", required=True, help="the INT8 model file to write")
+    parser.add_argument(
+        "--per-channel",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="weights quantised per output channel (default: on)",
+    )
+    parser.add_argument(
+        "--min-channels",
+        type=int,
+        default=32,
+        help="keep in fp32 the convolutions with fewer input or output channels; 0 quantises all "
+        "(default: %(default)s, measured fastest on the CPU)",
+    )
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="NODE", help="keep this node in fp32 (repeatable)"
+    )
+    parser.add_argument(
+        "--method", choices=("minmax", "entropy", "percentile"), default="minmax", help="calibration method"
+    )
+    parser.add_argument(
+        "--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engines.quantize import QuantizeOptions, describe_float_nodes, quantize_model, task_feeds, video_frames
+    from pipeline.config import load_config, resolve_inputs
+    from pipeline.errors import UsageError
+    from stages.plan import build_task
+
+    if args.frames < 1:
+        raise UsageError(f"--frames must be at least 1, got {args.frames}")
+    config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
+    task = build_task(config)
+    video = args.video or config.sources[0].uri
+    options = QuantizeOptions(
+        per_channel=args.per_channel,
+        min_channels=args.min_channels,
+        exclude=tuple(args.exclude),
+        method=args.method,
+        reduce_range=args.reduce_range,
+    )
+    feeds = task_feeds(task, video_frames(video, args.frames, stride=args.stride))
+    report = quantize_model(
+        config.model.path, args.output, feeds, dynamic_axes=task.dynamic_axes(), options=options
+    )
+    print(
+        f"{report.output}: INT8 (QDQ, u8 activations, s8 weights{', per channel' if args.per_channel else ''}) "
+        f"of {config.model.path}, calibrated on {report.frames} frame(s) of {video} in {report.seconds:.1f} s; "
+        f"{report.quantized_nodes} tensors quantised; kept in fp32: {describe_float_nodes(report.float_nodes)}",
+        file=sys.stderr,
+    )
+    print(f"use it with: --set model.path={report.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,562 @@
+"""Building TensorRT engines from the ONNX file, and the cache that builds each one only once.
+
+An engine is specific to the model, the TensorRT version, the GPU, the precision and the optimisation
+profile (the range of input shapes it accepts), so all of those make its cache key. The first infer
+worker that needs an engine builds it under a file lock while the others wait, and every later start
+loads it from `engine.cache_dir`. INT8 without Q/DQ nodes in the model is calibrated with an entropy
+calibrator fed by batches of frames through the task's own preprocessing; its table is cached too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from engines import cuda
+from pipeline.errors import ConfigError, EngineError
+from pipeline.tensors import TensorSpec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = "~/.cache/framewire/engines"
+PRECISIONS = ("fp32", "fp16", "int8")
+
+Batches = Iterable["np.ndarray | Mapping[str, np.ndarray]"]
+"""Calibration data: arrays (one-input models) or dicts by input name, any batch size each."""
+
+
+def import_tensorrt() -> ModuleType:
+    """The tensorrt module, or a one-line EngineError saying how to get it."""
+    try:
+        import tensorrt as trt
+    except ImportError as exc:
+        if getattr(exc, "name", None) == "tensorrt":
+            raise EngineError(
+                f"engine.backend: tensorrt: the tensorrt package is not installed ({cuda.INSTALL_HINT})"
+            ) from None
+        raise EngineError(f"engine.backend: tensorrt: the tensorrt package cannot be loaded: {exc}") from None
+    except OSError as exc:  # its shared libraries (libnvinfer) are missing or broken
+        raise EngineError(f"engine.backend: tensorrt: the tensorrt package cannot be loaded: {exc}") from None
+    if not hasattr(trt, "Builder"):
+        raise EngineError(
+            "engine.backend: tensorrt: this tensorrt package has no builder (tensorrt-lean?); "
+            f"{cuda.INSTALL_HINT}"
+        )
+    return trt
+
+
+def cache_dir(configured: str | None) -> Path:
+    """`engine.cache_dir`, or ~/.cache/framewire/engines."""
+    return Path(configured or DEFAULT_CACHE_DIR).expanduser()
+
+
+# --- optimisation profile ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileShape:
+    """The shapes one input accepts: TensorRT tunes for `opt` and accepts anything in [min, max]."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def to_json(self) -> list[Any]:
+        return [self.name, list(self.min), list(self.opt), list(self.max)]
+
+
+def make_profile(
+    inputs: Sequence[TensorSpec],
+    *,
+    min_batch: int,
+    opt_batch: int,
+    max_batch: int,
+    examples: Mapping[str, Sequence[tuple[int, ...]]] | None = None,
+) -> tuple[ProfileShape, ...]:
+    """The optimisation profile of `inputs` (as loaded, dynamic dims `None` or a name).
+
+    Axis 0 is the batch: dynamic, it spans min/opt/max batch; fixed, it stays. Any other dynamic axis
+    takes its sizes from `examples` (the input shapes the sources will feed, batch of one): min and
+    max over them, opt the most common one (the larger on a tie).
+    """
+    if not 1 <= min_batch <= opt_batch <= max_batch:
+        raise ConfigError(
+            f"engine: batch profile must satisfy 1 <= min_batch <= opt_batch <= max_batch "
+            f"(got {min_batch}, {opt_batch}, {max_batch})"
+        )
+    examples = examples or {}
+    shapes = []
+    for spec in inputs:
+        dims: list[tuple[int, int, int]] = []  # (min, opt, max) per axis
+        for axis, dim in enumerate(spec.shape):
+            if isinstance(dim, int):
+                dims.append((dim, dim, dim))
+            elif axis == 0:
+                dims.append((min_batch, opt_batch, max_batch))
+            else:
+                sizes = [int(shape[axis]) for shape in examples.get(spec.name, ()) if len(shape) > axis]
+                if not sizes:
+                    raise ConfigError(
+                        f"engine: TensorRT needs the size of dim {axis} of input {spec.name!r} "
+                        f"(shape {list(spec.shape)}): no source gives one"
+                    )
+                counts = {size: sizes.count(size) for size in sizes}
+                common = max(counts, key=lambda size: (counts[size], size))
+                dims.append((min(sizes), common, max(sizes)))
+        low, opt, high = (tuple(d[i] for d in dims) for i in range(3))
+        shapes.append(ProfileShape(spec.name, low, opt, high))
+    return tuple(shapes)
+
+
+# --- cache keys --------------------------------------------------------------------------------
+
+
+def cache_key(
+    onnx_bytes: bytes,
+    *,
+    trt_version: str,
+    gpu_name: str,
+    precision: str,
+    profile: Sequence[ProfileShape],
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """sha256 over everything an engine depends on: the model as parsed (its dims included), the
+    TensorRT version, the GPU, the precision, the profile and `extra` (e.g. the calibration data)."""
+    description = {
+        "onnx": hashlib.sha256(onnx_bytes).hexdigest(),
+        "tensorrt": trt_version,
+        "gpu": gpu_name,
+        "precision": precision,
+        "profile": [shape.to_json() for shape in profile],
+        "extra": dict(extra or {}),
+    }
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def engine_file(directory: Path, model_path: str, precision: str, key: str) -> Path:
+    """Where the engine for `key` lives: readable name, then the key."""
+    return directory / f"{_slug(Path(model_path).stem)}-{precision}-{key[:20]}.engine"
+
+
+def timing_cache_file(directory: Path, trt_version: str, gpu_name: str) -> Path:
+    """Layer timings are shared by every model built with one TensorRT version on one GPU model."""
+    return directory / f"timing-trt{_slug(trt_version)}-{_slug(gpu_name)}.cache"
+
+
+def calibration_cache_file(directory: Path, onnx_bytes: bytes, calibration_id: str) -> Path:
+    digest = hashlib.sha256(onnx_bytes + b"\0" + calibration_id.encode()).hexdigest()
+    return directory / f"calibration-{digest[:20]}.cache"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "x"
+
+
+# --- calibration -------------------------------------------------------------------------------
+
+
+class BatchFeeder:
+    """Re-chunks calibration data into batches of exactly `batch_size` along axis 0.
+
+    TensorRT wants every calibration batch to be of the calibrator's batch size, so the frames left
+    over at the end (fewer than a batch) are dropped; `next_batch` returns None once no full batch
+    is left, which ends calibration. At most `limit` frames are used.
+    """
+
+    def __init__(
+        self,
+        batches: Batches,
+        batch_size: int,
+        input_names: Sequence[str],
+        limit: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"engine.calibration.batch must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.input_names = tuple(input_names)
+        self.limit = limit
+        self.used = 0
+        self.dropped = 0
+        self._source: Iterator[Any] = iter(batches)
+        self._pending: dict[str, list[np.ndarray]] = {name: [] for name in self.input_names}
+        self._pending_count = 0
+        self._taken = 0
+        self._peeked: dict[str, np.ndarray] | None = None
+        self._done = False
+
+    def peek(self) -> dict[str, np.ndarray] | None:
+        """The first batch, without consuming it (its shapes make the calibration profile)."""
+        if self._peeked is None:
+            self._peeked = self._next()
+        return self._peeked
+
+    def next_batch(self) -> dict[str, np.ndarray] | None:
+        if self._peeked is not None:
+            batch, self._peeked = self._peeked, None
+            return batch
+        return self._next()
+
+    def _next(self) -> dict[str, np.ndarray] | None:
+        while self._pending_count < self.batch_size and not self._done:
+            if self.limit is not None and self._taken >= self.limit:
+                self._done = True
+                break
+            try:
+                item = next(self._source)
+            except StopIteration:
+                self._done = True
+                break
+            arrays = self._by_name(item)
+            count = len(next(iter(arrays.values())))
+            if self.limit is not None and self._taken + count > self.limit:
+                count = self.limit - self._taken
+                arrays = {name: value[:count] for name, value in arrays.items()}
+            self._taken += count
+            for name, value in arrays.items():
+                self._pending[name].append(value)
+            self._pending_count += count
+        if self._pending_count < self.batch_size:
+            if self._pending_count:
+                self.dropped += self._pending_count
+                logger.info(
+                    "calibration: the last %d frame(s) do not fill a batch of %d and are not used",
+                    self._pending_count,
+                    self.batch_size,
+                )
+                self._pending = {name: [] for name in self.input_names}
+                self._pending_count = 0
+            return None
+        batch: dict[str, np.ndarray] = {}
+        for name in self.input_names:
+            joined = np.concatenate(self._pending[name], axis=0)
+            batch[name] = np.ascontiguousarray(joined[: self.batch_size])
+            rest = joined[self.batch_size :]
+            self._pending[name] = [rest] if len(rest) else []
+        self._pending_count -= self.batch_size
+        self.used += self.batch_size
+        return batch
+
+    def _by_name(self, item: Any) -> dict[str, np.ndarray]:
+        if isinstance(item, Mapping):
+            missing = [name for name in self.input_names if name not in item]
+            if missing:
+                raise EngineError(f"calibration data lacks input(s) {', '.join(map(repr, missing))}")
+            arrays = {name: np.asarray(item[name]) for name in self.input_names}
+        elif len(self.input_names) == 1:
+            arrays = {self.input_names[0]: np.asarray(item)}
+        else:
+            raise EngineError(
+                f"calibration data for a model with inputs {list(self.input_names)} must be dicts by name"
+            )
+        counts = {len(value) if value.ndim else 0 for value in arrays.values()}
+        if len(counts) != 1 or 0 in counts:
+            raise EngineError("calibration data: every input needs the same batch size along axis 0")
+        return arrays
+
+
+def make_calibrator(trt: ModuleType, feeder: BatchFeeder, cache_path: Path) -> Any:
+    """An `IInt8EntropyCalibrator2` that hands TensorRT the feeder's batches in device memory and
+    keeps its table in `cache_path` (read back instead of calibrating when present)."""
+
+    class EntropyCalibrator(trt.IInt8EntropyCalibrator2):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            trt.IInt8EntropyCalibrator2.__init__(self)
+            self.feeder = feeder
+            self.cache_path = Path(cache_path)
+            self.error: BaseException | None = None
+            self._device: dict[str, cuda.DeviceBuffer] = {}
+
+        def get_batch_size(self) -> int:
+            return self.feeder.batch_size
+
+        def get_batch(self, names: list[str], *_: Any) -> list[int] | None:
+            # Called from inside TensorRT: an exception must not cross back into C++.
+            try:
+                batch = self.feeder.next_batch()
+                if batch is None:
+                    return None
+                pointers = []
+                for name in names:
+                    array = np.ascontiguousarray(batch[name])
+                    buffer = self._device.get(name)
+                    if buffer is None or buffer.nbytes < array.nbytes:
+                        if buffer is not None:
+                            buffer.close()
+                        buffer = self._device[name] = cuda.DeviceBuffer(array.nbytes)
+                    cuda.memcpy_htod(buffer.ptr, int(array.ctypes.data), array.nbytes)
+                    pointers.append(buffer.ptr)
+                return pointers
+            except BaseException as exc:  # noqa: BLE001 - reported by the builder once it returns
+                self.error = exc
+                return None
+
+        def read_calibration_cache(self) -> bytes | None:
+            if self.cache_path.is_file():
+                logger.info("calibration: using the cached table %s", self.cache_path)
+                return self.cache_path.read_bytes()
+            return None
+
+        def write_calibration_cache(self, cache: Any) -> None:
+            _write_atomically(self.cache_path, bytes(cache))
+            logger.info("calibration: table written to %s", self.cache_path)
+
+        def close(self) -> None:
+            for buffer in self._device.values():
+                buffer.close()
+            self._device.clear()
+
+    return EntropyCalibrator()
+
+
+# --- building ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything an engine is built from (and keyed by)."""
+
+    model_path: str
+    precision: str = "fp32"
+    dynamic_axes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    min_batch: int = 1
+    opt_batch: int = 1
+    max_batch: int = 1
+    examples: Mapping[str, Sequence[tuple[int, ...]]] = field(default_factory=dict)
+    workspace_mb: int = 2048
+    cache_dir: str | None = None
+    device: int = 0
+    calibration: Callable[[], Batches] | None = None
+    calibration_id: str = ""
+    calibration_frames: int = 256
+    calibration_batch: int = 8
+
+
+def prepare(request: BuildRequest) -> tuple[bytes, tuple[ProfileShape, ...]]:
+    """The model bytes TensorRT parses (dims made dynamic where the profile needs) and the profile."""
+    from engines.onnx_model import describe, load_model_bytes
+
+    if request.precision not in PRECISIONS:
+        raise ConfigError(f"engine.precision: {request.precision!r} is not one of {', '.join(PRECISIONS)}")
+    axes = {name: tuple(dims) for name, dims in request.dynamic_axes.items()}
+    inputs, _ = describe(request.model_path, axes)
+    if request.max_batch > 1:
+        # A batch fixed in the file (often 1) must become dynamic for a profile of several frames.
+        for spec in inputs:
+            if spec.shape and isinstance(spec.shape[0], int) and spec.shape[0] != request.max_batch:
+                axes[spec.name] = tuple(sorted({0, *axes.get(spec.name, ())}))
+        inputs, _ = describe(request.model_path, axes)
+    data = load_model_bytes(request.model_path, axes) if axes else Path(request.model_path).read_bytes()
+    profile = make_profile(
+        inputs,
+        min_batch=request.min_batch,
+        opt_batch=request.opt_batch,
+        max_batch=request.max_batch,
+        examples=request.examples,
+    )
+    return data, profile
+
+
+def ensure_engine(request: BuildRequest, *, force: bool = False) -> Path:
+    """The engine file for `request`: from the cache, or built now (once, under a lock)."""
+    trt = import_tensorrt()
+    gpu_name = cuda.require_device(request.device)
+    cuda.set_device(request.device)
+    data, profile = prepare(request)
+    extra = {"calibration": request.calibration_id} if request.precision == "int8" else {}
+    key = cache_key(
+        data,
+        trt_version=str(trt.__version__),
+        gpu_name=gpu_name,
+        precision=request.precision,
+        profile=profile,
+        extra=extra,
+    )
+    directory = cache_dir(request.cache_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"engine.cache_dir: cannot create {str(directory)!r}: {exc.strerror}") from None
+    path = engine_file(directory, request.model_path, request.precision, key)
+    if path.is_file() and not force:
+        logger.info("TensorRT engine %s: from the cache", path)
+        return path
+    with _locked(path.with_suffix(".lock")):
+        if path.is_file() and not force:  # another worker built it while this one waited
+            return path
+        started = time.monotonic()
+        logger.warning(
+            "building the TensorRT %s engine for %s on %s (once; it may take minutes)",
+            request.precision,
+            request.model_path,
+            gpu_name,
+        )
+        serialized = build_serialized(trt, request, data, profile, directory, gpu_name)
+        _write_atomically(path, serialized)
+        logger.warning("TensorRT engine %s built in %.0f s", path, time.monotonic() - started)
+    return path
+
+
+def build_serialized(
+    trt: ModuleType,
+    request: BuildRequest,
+    data: bytes,
+    profile: Sequence[ProfileShape],
+    directory: Path,
+    gpu_name: str,
+) -> bytes:
+    """Parse the ONNX bytes and build the serialized engine (plan) with the TensorRT builder."""
+    trt_logger = make_logger(trt)
+    builder = trt.Builder(trt_logger)
+    flags = 0
+    explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
+    if explicit is not None and _major(str(trt.__version__)) < 10:
+        flags = 1 << int(explicit)  # TensorRT 8: explicit batch is a flag; from 10 the only mode
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, trt_logger)
+    if not parser.parse(data):
+        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+        first = errors[0].strip().splitlines()[0] if errors else "unknown error"
+        raise EngineError(f"model {request.model_path}: TensorRT cannot parse it: {first}")
+
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(request.workspace_mb) << 20)
+    optimisation = builder.create_optimization_profile()
+    for shape in profile:
+        optimisation.set_shape(shape.name, shape.min, shape.opt, shape.max)
+    config.add_optimization_profile(optimisation)
+
+    timing_path = timing_cache_file(directory, str(trt.__version__), gpu_name)
+    timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.is_file() else b"")
+    config.set_timing_cache(timing, ignore_mismatch=False)
+
+    calibrator = None
+    if request.precision in ("fp16", "int8"):
+        config.set_flag(trt.BuilderFlag.FP16)  # int8 layers TensorRT cannot quantise fall back to fp16
+    if request.precision == "int8":
+        config.set_flag(trt.BuilderFlag.INT8)
+        if not _has_qdq(data):
+            calibrator = _calibrator(
+                trt, builder, config, request, data, directory, [s.name for s in profile]
+            )
+    try:
+        serialized = builder.build_serialized_network(network, config)
+    finally:
+        if calibrator is not None:
+            calibrator.close()
+    if calibrator is not None and calibrator.error is not None:
+        raise EngineError(f"calibration failed: {_first_line(calibrator.error)}") from None
+    if serialized is None:
+        detail = trt_logger.last_error or "see the TensorRT messages with --debug"
+        raise EngineError(f"model {request.model_path}: TensorRT could not build an engine: {detail}")
+    try:
+        _write_atomically(timing_path, bytes(memoryview(config.get_timing_cache().serialize())))
+    except OSError as exc:
+        logger.warning("timing cache %s not written: %s", timing_path, exc)
+    return bytes(memoryview(serialized))
+
+
+def _calibrator(
+    trt: ModuleType,
+    builder: Any,
+    config: Any,
+    request: BuildRequest,
+    data: bytes,
+    directory: Path,
+    input_names: Sequence[str],
+) -> Any:
+    if request.calibration is None:
+        raise ConfigError(
+            "engine.calibration.video: precision int8 needs calibration frames (set "
+            "engine.calibration.video), or a model with Q/DQ nodes"
+        )
+    feeder = BatchFeeder(
+        request.calibration(), request.calibration_batch, input_names, limit=request.calibration_frames
+    )
+    cache_path = calibration_cache_file(directory, data, request.calibration_id)
+    first = feeder.peek()
+    if first is None:
+        raise ConfigError(
+            f"engine.calibration: fewer than {request.calibration_batch} frames to calibrate with "
+            f"(engine.calibration.batch)"
+        )
+    # With dynamic shapes TensorRT calibrates in a profile of its own: the calibration batch's shape.
+    calibration_profile = builder.create_optimization_profile()
+    for name, array in first.items():
+        calibration_profile.set_shape(name, array.shape, array.shape, array.shape)
+    config.set_calibration_profile(calibration_profile)
+    calibrator = make_calibrator(trt, feeder, cache_path)
+    config.int8_calibrator = calibrator
+    return calibrator
+
+
+def _has_qdq(data: bytes) -> bool:
+    """Whether the model is already quantised (explicit Q/DQ nodes): TensorRT needs no calibrator."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.graph.node)
+
+
+def make_logger(trt: ModuleType) -> Any:
+    """A TensorRT logger writing to Python logging; remembers the last error for one-line messages."""
+
+    class _Logger(trt.ILogger):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.last_error = ""
+
+        def log(self, severity: Any, msg: str) -> None:
+            severities = trt.ILogger.Severity
+            if severity in (severities.INTERNAL_ERROR, severities.ERROR):
+                self.last_error = str(msg).strip().splitlines()[0] if str(msg).strip() else ""
+                logger.error("TensorRT: %s", msg)
+            elif severity == severities.WARNING:
+                logger.info("TensorRT: %s", msg)
+            else:
+                logger.debug("TensorRT: %s", msg)
+
+    return _Logger()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock file: several infer workers starting at once build an engine only once."""
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".", 1)[0])
+    except ValueError:
+        return 10
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,74 @@
+"""What kind of source a `sources[].uri` names, from its text alone (nothing is opened here).
+
+One place for the config's checks and defaults and for the stage that opens the source, so both
+agree on what is live: a live source reconnects when it drops and drops frames when behind, a
+file ends at its end and is read in full.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+SourceKind = Literal["file", "stream", "camera", "zmq"]
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+LIVE_SCHEMES = frozenset({"rtsp", "rtsps", "rtmp", "rtmps", "rtmpt", "srt", "udp", "rtp", "tcp"})
+STREAM_SCHEMES = LIVE_SCHEMES | {"http", "https"}
+ZMQ_SCHEMES = frozenset({"zmq+tcp", "zmq+ipc"})
+
+
+def scheme(uri: str) -> str | None:
+    """The URI's scheme in lower case (`rtsp`, `zmq+tcp`), or None for a plain path."""
+    match = _SCHEME.match(uri)
+    return match.group(1).lower() if match else None
+
+
+def source_kind(uri: str) -> SourceKind:
+    """file (a path, file:// or any scheme PyAV reads as a whole), stream (rtsp, rtmp, http(s),
+    srt, udp...), camera (a V4L2 device under /dev/) or zmq (frames pushed to zmq+tcp:// or
+    zmq+ipc://)."""
+    found = scheme(uri)
+    if found in ZMQ_SCHEMES:
+        return "zmq"
+    if found in STREAM_SCHEMES:
+        return "stream"
+    if found is None and uri.startswith("/dev/"):
+        return "camera"
+    return "file"
+
+
+def is_live(uri: str) -> bool:
+    """Whether a source is live when its config does not say: cameras, ZeroMQ, RTSP, RTMP, SRT,
+    UDP, and HTTP(S) HLS playlists (`.m3u8`); a plain HTTP(S) URL is a remote file."""
+    kind = source_kind(uri)
+    if kind in ("camera", "zmq"):
+        return True
+    if kind != "stream":
+        return False
+    if scheme(uri) in ("http", "https"):
+        path = re.split(r"[?#]", uri, maxsplit=1)[0]
+        return path.lower().endswith(".m3u8")
+    return True
+
+
+def redact(uri: str) -> str:
+    """`uri` fit for logs and messages: the user:password of a URL becomes `***`."""
+    match = _SCHEME.match(uri)
+    if not match:
+        return uri
+    rest = uri[match.end() :]
+    # Everything up to the last "@" before the query is user info; a password may hold "/" or "@".
+    head = re.split(r"[?#]", rest, maxsplit=1)[0]
+    at = head.rfind("@")
+    if at < 0:
+        return uri
+    return f"{match.group(0)}***@{rest[at + 1:]}"
+
+
+def zmq_endpoint(uri: str) -> str:
+    """The ZeroMQ endpoint a `zmq+tcp://host:port` or `zmq+ipc:///path` source binds."""
+    found = scheme(uri)
+    if found not in ZMQ_SCHEMES:
+        raise ValueError(f"not a ZeroMQ source URI: {uri!r}")
+    return uri[len("zmq+") :]

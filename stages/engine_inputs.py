@@ -1,0 +1,47 @@
+"""What a TensorRT build needs to know from the task: the input shapes the sources will feed (its
+optimisation profile) and preprocessed frames of a video (INT8 calibration).
+
+Both go through the task's own `input_spec` and `preprocess`, so an engine is built for, and
+calibrated on, exactly what the preprocess stage writes into the frame pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from pipeline.config import SourceConfig
+from stages.decode import VideoReader
+from stages.tasks.base import Task
+
+logger = logging.getLogger(__name__)
+
+
+def source_input_shapes(task: Task, sources: Sequence[SourceConfig]) -> dict[str, list[tuple[int, ...]]]:
+    """The model input shape (batch of one) for each source's frame size, by input name.
+
+    Opens each source only to read its size (the infer worker runs this once, before any frame)."""
+    shapes: list[tuple[int, ...]] = []
+    for source in sources:
+        with VideoReader(source.id, source.uri) as reader:
+            info = reader.info
+        spec = task.input_spec(info.width, info.height)
+        shapes.append(tuple(int(d) for d in spec.shape))  # type: ignore[arg-type]
+    return {task.input_name: shapes}
+
+
+def calibration_batches(task: Task, video: str, frames: int) -> Iterator[np.ndarray]:
+    """Up to `frames` frames of `video`, each preprocessed by the task into a batch of one."""
+    with VideoReader("calibration", video) as reader:
+        info = reader.info
+        spec = task.input_spec(info.width, info.height)
+        shape = tuple(int(d) for d in spec.shape)  # type: ignore[arg-type]
+        for count, frame in enumerate(reader.frames()):
+            if count >= frames:
+                break
+            out = np.empty(shape, dtype=spec.dtype)
+            task.preprocess(frame.image, out)
+            yield out
+    logger.debug("calibration: read %s", video)

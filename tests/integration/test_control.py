@@ -1,0 +1,170 @@
+"""/metrics, /healthz and the control API of a running supervisor (real processes, fake stages)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.supervisor import HttpSettings, Plan, Report, SourcePlan, Supervisor
+from tests import fakes
+
+pytestmark = pytest.mark.timeout(180)
+
+TOKEN = "s3cret-token"
+
+
+def request(url: str, method: str = "GET", body: Any = None, token: str | None = TOKEN) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            raw = resp.read()
+            status = resp.status
+            kind = resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as err:
+        raw, status, kind = err.read(), err.code, err.headers.get("Content-Type", "")
+    return status, (json.loads(raw) if "json" in kind else raw.decode())
+
+
+class Running:
+    """A supervisor in a background thread (signals are the main thread's: stop it over HTTP)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.supervisor = Supervisor(plan)
+        self.report: Report | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.report = self.supervisor.run()
+
+    def __enter__(self) -> Running:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not hasattr(self.supervisor, "http_url"):
+            assert time.monotonic() < deadline and self.thread.is_alive()
+            time.sleep(0.05)
+        self.url = self.supervisor.http_url
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while request(self.url + "/healthz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread.is_alive():
+            request(self.url + "/stop", "POST")
+        self.thread.join(30)
+
+
+def plan(tmp: Path, sources: dict[str, int], keep_running: bool = True) -> Plan:
+    return Plan(
+        middle=(
+            ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
+            ("infer", 1, functools.partial(fakes.passthrough, "inf")),
+        ),
+        outputs=(("out", functools.partial(fakes.sink, str(tmp))),),
+        sources=tuple(SourcePlan(s, functools.partial(fakes.source, s, n), {}) for s, n in sources.items()),
+        slot_layout=fakes.layout,
+        http=HttpSettings(port=0, token=TOKEN, keep_running=keep_running),
+        make_source=fakes.make_source_plan,
+    )
+
+
+def wait_for(predicate: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_metrics_health_and_a_source_added_then_drained(tmp_path: Path) -> None:
+    with Running(plan(tmp_path, {"a": 40})) as job:
+        job.wait_ready()
+        wait_for(lambda: (tmp_path / "a.closed").exists())
+        status, text = request(job.url + "/metrics", token=None)
+        assert status == 200
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        frames = {(s.labels["source"], s.labels["stage"]): s.value for s in families["framewire_frames"].samples}
+        assert frames[("a", "output")] == 40 and frames[("a", "infer")] == 40
+        assert families["framewire_stage_latency_seconds"].samples
+        assert families["framewire_end_to_end_latency_seconds"].samples
+        for name in ("framewire_queue_depth", "framewire_workers", "framewire_fps", "framewire_worker_restarts"):
+            assert name in families
+
+        assert request(job.url + "/sources", token=None)[0] == 401
+        assert request(job.url + "/sources", token="wrong")[0] == 401
+        status, body = request(job.url + "/sources", "POST", {"id": "b", "frames": 25})
+        assert status == 201 and body["id"] == "b"
+        assert request(job.url + "/sources", "POST", {"id": "b", "frames": 5})[0] == 409
+        status, body = request(job.url + "/sources", "POST", {"frames": "many"})
+        assert status == 400 and "source" in body["error"]
+        wait_for(lambda: (tmp_path / "b.closed").exists())
+        assert len((tmp_path / "b.jsonl").read_text().splitlines()) == 25
+        assert request(job.url + "/drain", "POST")[0] == 202
+        job.thread.join(30)
+        assert not job.thread.is_alive()
+    assert job.report is not None and job.report.exit_code == 0
+    assert job.report.frames == {"a": 40, "b": 25}
+
+
+def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Path) -> None:
+    with Running(plan(tmp_path, {})) as job:
+        job.wait_ready()
+        request(job.url + "/sources", "POST", {"id": "endless", "frames": 10**6, "delay_s": 0.005})
+        request(job.url + "/sources", "POST", {"id": "other", "frames": 10**6, "delay_s": 0.005})
+        wait_for(lambda: (tmp_path / "endless.jsonl").exists() and (tmp_path / "endless.jsonl").stat().st_size > 0)
+        status, _ = request(job.url + "/sources/endless", "DELETE")
+        assert status == 202
+        wait_for(lambda: (tmp_path / "endless.closed").exists())
+        wait_for(lambda: [s["id"] for s in request(job.url + "/sources")[1]["sources"]] == ["other"])
+        before = len((tmp_path / "other.jsonl").read_text().splitlines())
+        time.sleep(0.5)
+        assert len((tmp_path / "other.jsonl").read_text().splitlines()) > before
+        assert request(job.url + "/sources/nope", "DELETE")[0] == 404
+    lines = [json.loads(x) for x in (tmp_path / "endless.jsonl").read_text().splitlines()]
+    assert [r["seq"] for r in lines] == list(range(len(lines)))
+
+
+def open_fds(pids: list[int]) -> int:
+    return sum(len(os.listdir(f"/proc/{p}/fd")) for p in pids if os.path.exists(f"/proc/{p}/fd"))
+
+
+def test_add_remove_cycles_leak_no_descriptors_or_shared_memory(tmp_path: Path) -> None:
+    shm_before = set(os.listdir("/dev/shm"))
+    with Running(plan(tmp_path, {})) as job:
+        job.wait_ready()
+        me = psutil.Process()
+        workers = lambda: [p.pid for p in me.children(recursive=True) if "framewire: " in " ".join(p.cmdline())]  # noqa: E731
+
+        def cycle(i: int) -> None:
+            assert request(job.url + "/sources", "POST", {"id": f"s{i % 3}", "frames": 10**6})[0] == 201
+            wait_for(lambda: (tmp_path / f"s{i % 3}.jsonl").exists())
+            assert request(job.url + f"/sources/s{i % 3}", "DELETE")[0] == 202
+            wait_for(lambda: request(job.url + "/sources")[1]["sources"] == [])
+
+        for i in range(5):  # warm-up
+            cycle(i)
+        pids = sorted(set(workers()))
+        fds = open_fds([os.getpid(), *pids])
+        for i in range(5, 45):
+            cycle(i)
+        assert sorted(set(workers())) == pids  # no worker restarted or left behind
+        assert open_fds([os.getpid(), *pids]) <= fds + 2
+        assert set(os.listdir("/dev/shm")) - shm_before == set()

@@ -1,0 +1,237 @@
+"""A small real RTSP server for the tests: H.264 over RTP (RFC 6184), TCP-interleaved or UDP.
+
+FFmpeg's RTSP muxer only pushes to a server (its `listen` flag is for input), and no RTSP server
+comes from PyPI, so the tests serve their own: `python -m tests.rtsp_server --port P` encodes a
+small clip with libx264 and serves it at `rtsp://127.0.0.1:P/live`, looping, paced at real time
+(`ffmpeg -re` semantics), to every client that asks (OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN;
+anything else, such as a GET_PARAMETER keep-alive, gets a plain 200). Each client's session starts at
+the clip's first frame, as a camera's stream starts at a key frame. Killing the process drops every
+connection at once, like a camera that loses power.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+
+import av
+
+MTU_PAYLOAD = 1400
+CLOCK = 90000
+
+
+def encode_clip(width: int, height: int, frames: int, fps: int) -> list[bytes]:
+    """The clip as H.264 Annex B access units, one per frame, each key frame with SPS and PPS."""
+    from tests.clips import draw_frame
+
+    codec = av.CodecContext.create("libx264", "w")
+    codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
+    codec.time_base = Fraction(1, fps)
+    codec.framerate = Fraction(fps)
+    codec.gop_size = fps
+    codec.options = {"preset": "ultrafast", "tune": "zerolatency", "x264-params": "repeat-headers=1"}
+    units: list[bytes] = []
+    for index in range(frames):
+        frame = av.VideoFrame.from_ndarray(draw_frame(index, width, height), format="bgr24")
+        frame = frame.reformat(format="yuv420p")
+        frame.pts = index
+        units.extend(bytes(p) for p in codec.encode(frame))
+    units.extend(bytes(p) for p in codec.encode(None))
+    return units
+
+
+def nal_units(access_unit: bytes) -> list[bytes]:
+    """The NAL units of an Annex B access unit, without their start codes."""
+    out = []
+    for chunk in access_unit.split(b"\x00\x00\x01"):
+        chunk = chunk.rstrip(b"\x00") if chunk.endswith(b"\x00") else chunk
+        if chunk:
+            out.append(chunk)
+    return out
+
+
+def rtp_payloads(access_unit: bytes) -> Iterator[bytes]:
+    """RTP payloads of one access unit: single NAL unit packets, or FU-A fragments of big ones."""
+    for nal in nal_units(access_unit):
+        if len(nal) <= MTU_PAYLOAD:
+            yield nal
+            continue
+        indicator = (nal[0] & 0xE0) | 28
+        kind = nal[0] & 0x1F
+        body = nal[1:]
+        for start in range(0, len(body), MTU_PAYLOAD):
+            first, last = start == 0, start + MTU_PAYLOAD >= len(body)
+            header = (0x80 if first else 0) | (0x40 if last else 0) | kind
+            yield bytes([indicator, header]) + body[start : start + MTU_PAYLOAD]
+
+
+class Clip:
+    def __init__(self, width: int, height: int, frames: int, fps: int) -> None:
+        self.fps = fps
+        self.units = encode_clip(width, height, frames, fps)
+        first = nal_units(self.units[0])
+        sps = next(n for n in first if n[0] & 0x1F == 7)
+        pps = next(n for n in first if n[0] & 0x1F == 8)
+        self.fmtp = (
+            f"packetization-mode=1;profile-level-id={sps[1:4].hex()};"
+            f"sprop-parameter-sets={base64.b64encode(sps).decode()},{base64.b64encode(pps).decode()}"
+        )
+
+    def sdp(self, host: str) -> str:
+        return (
+            "v=0\r\n"
+            f"o=- 0 0 IN IP4 {host}\r\n"
+            "s=framewire test clip\r\n"
+            "c=IN IP4 0.0.0.0\r\n"
+            "t=0 0\r\n"
+            "m=video 0 RTP/AVP 96\r\n"
+            "a=rtpmap:96 H264/90000\r\n"
+            f"a=fmtp:96 {self.fmtp}\r\n"
+            "a=control:track1\r\n"
+        )
+
+
+class Session(threading.Thread):
+    """One client connection: answers its requests and, once it plays, sends it the clip."""
+
+    def __init__(self, conn: socket.socket, clip: Clip) -> None:
+        super().__init__(daemon=True)
+        self.conn = conn
+        self.clip = clip
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.udp: tuple[socket.socket, tuple[str, int]] | None = None
+        self.session_id = f"{random.getrandbits(32):08x}"
+
+    def run(self) -> None:
+        buffer = b""
+        try:
+            while not self.closed.is_set():
+                data = self.conn.recv(65536)
+                if not data:
+                    break
+                buffer += data
+                buffer = self._requests(buffer)
+        except OSError:
+            pass
+        finally:
+            self.closed.set()
+            self.conn.close()
+
+    def _requests(self, buffer: bytes) -> bytes:
+        while buffer:
+            if buffer[:1] == b"$":  # interleaved RTCP from the client: skip it
+                if len(buffer) < 4:
+                    return buffer
+                size = struct.unpack("!H", buffer[2:4])[0]
+                if len(buffer) < 4 + size:
+                    return buffer
+                buffer = buffer[4 + size :]
+                continue
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return buffer
+            head = buffer[:end].decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:])}
+            length = int(headers.get("content-length", "0"))
+            if len(buffer) < end + 4 + length:
+                return buffer
+            buffer = buffer[end + 4 + length :]
+            self._answer(head[0].split(" "), headers)
+        return buffer
+
+    def _answer(self, request: list[str], headers: dict[str, str]) -> None:
+        method, url = request[0], request[1] if len(request) > 1 else ""
+        extra: dict[str, str] = {}
+        body = ""
+        if method == "OPTIONS":
+            extra["Public"] = "OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN, GET_PARAMETER"
+        elif method == "DESCRIBE":
+            body = self.clip.sdp(self.conn.getsockname()[0])
+            extra["Content-Base"] = url.rstrip("/") + "/"
+            extra["Content-Type"] = "application/sdp"
+        elif method == "SETUP":
+            transport = headers.get("transport", "")
+            if "TCP" in transport:
+                extra["Transport"] = "RTP/AVP/TCP;unicast;interleaved=0-1"
+            else:
+                port = int(transport.split("client_port=")[1].split("-")[0])
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sock.bind((self.conn.getsockname()[0], 0))
+                self.udp = (sock, (self.conn.getpeername()[0], port))
+                own = sock.getsockname()[1]
+                extra["Transport"] = f"RTP/AVP;unicast;client_port={port}-{port + 1};server_port={own}-{own + 1}"
+            extra["Session"] = f"{self.session_id};timeout=60"
+        elif method == "PLAY":
+            extra["Session"] = self.session_id
+            threading.Thread(target=self._play, daemon=True).start()
+        elif method == "TEARDOWN":
+            self.closed.set()
+        cseq = headers.get("cseq", "0")
+        lines = [f"RTSP/1.0 200 OK", f"CSeq: {cseq}", *(f"{k}: {v}" for k, v in extra.items())]
+        if body:
+            lines.append(f"Content-Length: {len(body)}")
+        self._write(("\r\n".join(lines) + "\r\n\r\n" + body).encode())
+
+    def _write(self, data: bytes) -> None:
+        with self.lock:
+            self.conn.sendall(data)
+
+    def _play(self) -> None:
+        ssrc = random.getrandbits(32)
+        seq = random.getrandbits(16)
+        started = time.monotonic()
+        index = 0
+        try:
+            while not self.closed.is_set():
+                unit = self.clip.units[index % len(self.clip.units)]
+                delay = started + index / self.clip.fps - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                stamp = (index * CLOCK // self.clip.fps) & 0xFFFFFFFF
+                payloads = list(rtp_payloads(unit))
+                for n, payload in enumerate(payloads):
+                    marker = 0x80 if n == len(payloads) - 1 else 0
+                    packet = struct.pack("!BBHII", 0x80, marker | 96, seq, stamp, ssrc) + payload
+                    seq = (seq + 1) & 0xFFFF
+                    if self.udp is not None:
+                        self.udp[0].sendto(packet, self.udp[1])
+                    else:
+                        self._write(b"$\x00" + struct.pack("!H", len(packet)) + packet)
+                index += 1
+        except OSError:
+            self.closed.set()
+
+
+def serve(port: int, clip: Clip, host: str = "127.0.0.1") -> None:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(16)
+    print(f"serving rtsp://{host}:{port}/live", flush=True)
+    while True:
+        conn, _ = listener.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        Session(conn, clip).start()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--width", type=int, default=160)
+    parser.add_argument("--height", type=int, default=120)
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--fps", type=int, default=25)
+    args = parser.parse_args()
+    serve(args.port, Clip(args.width, args.height, args.frames, args.fps))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""engines.registry: `backend: auto` on every combination of TensorRT, GPU and ONNX Runtime build,
+infer workers per device, and the fail-fast checks."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines import registry
+from engines.registry import (
+    Choice,
+    Machine,
+    OpenOptions,
+    choose_backend,
+    detect_machine,
+    device_of,
+    infer_workers,
+    open_engine,
+    preflight,
+)
+from pipeline.config import Backend, EngineConfig
+from pipeline.errors import EngineError
+from tests.unit.engines.gpu_fakes import (
+    FakeCudaRuntime,
+    FakeTensorRT,
+    hide_module,
+    install_cuda,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+CPU_BUILD = frozenset({"CPUExecutionProvider"})
+GPU_BUILD = frozenset({"TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"})
+NO_DRIVER = "no CUDA driver / GPU found (libcuda.so.1 cannot be loaded)"
+
+
+@pytest.mark.parametrize(
+    ("machine", "backend", "providers", "gpu", "reason"),
+    [
+        (
+            Machine("10.3.0", 2, "", GPU_BUILD),
+            Backend.TENSORRT,
+            (),
+            True,
+            "TensorRT 10.3.0 and 2 GPU(s) found",
+        ),
+        (
+            Machine("10.3.0", 1, "", CPU_BUILD),
+            Backend.TENSORRT,
+            (),
+            True,
+            "TensorRT 10.3.0 and 1 GPU(s) found",
+        ),
+        (
+            Machine(None, 1, "", GPU_BUILD),
+            Backend.ONNXRUNTIME,
+            ("cuda", "cpu"),
+            True,
+            "ONNX Runtime with CUDA on 1 GPU(s); no usable tensorrt package",
+        ),
+        (
+            Machine(None, 1, "", CPU_BUILD),
+            Backend.ONNXRUNTIME,
+            ("cpu",),
+            False,
+            "ONNX Runtime on the CPU: this onnxruntime build has no CUDA provider",
+        ),
+        (
+            Machine("10.3.0", 0, NO_DRIVER, GPU_BUILD),
+            Backend.ONNXRUNTIME,
+            ("cpu",),
+            False,
+            f"ONNX Runtime on the CPU: {NO_DRIVER}",
+        ),
+        (
+            Machine(None, 0, NO_DRIVER, CPU_BUILD),
+            Backend.ONNXRUNTIME,
+            ("cpu",),
+            False,
+            f"ONNX Runtime on the CPU: {NO_DRIVER}",
+        ),
+    ],
+    ids=["trt+gpu", "trt+gpu+cpu-ort", "ort-cuda+gpu", "gpu-but-cpu-ort", "trt-no-gpu", "nothing"],
+)
+def test_auto_picks_the_best_backend_and_logs_it_in_one_line(
+    machine: Machine,
+    backend: Backend,
+    providers: tuple[str, ...],
+    gpu: bool,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "_logged", set())
+    with caplog.at_level(logging.INFO, logger="engines.registry"):
+        choice = choose_backend(EngineConfig(backend=Backend.AUTO, providers=("cpu",)), machine)
+        assert choose_backend(EngineConfig(), machine) == choice
+    assert choice == Choice(backend, providers, gpu, reason)
+    assert [r.getMessage() for r in caplog.records] == [f"engine.backend auto: {backend.value} ({reason})"]
+
+
+def test_an_explicit_backend_is_kept() -> None:
+    machine = Machine(None, 0, NO_DRIVER, CPU_BUILD)
+    assert choose_backend(EngineConfig(backend=Backend.TENSORRT), machine).backend is Backend.TENSORRT
+    onnx = choose_backend(EngineConfig(backend=Backend.ONNXRUNTIME, providers=("cuda", "cpu")), machine)
+    assert (onnx.backend, onnx.providers, onnx.gpu) == (Backend.ONNXRUNTIME, ("cuda", "cpu"), False)
+    with_gpu = Machine(None, 1, "", GPU_BUILD)
+    assert choose_backend(EngineConfig(backend=Backend.ONNXRUNTIME, providers=("cuda", "cpu")), with_gpu).gpu
+    assert not choose_backend(EngineConfig(backend=Backend.ONNXRUNTIME, providers=("cpu",)), with_gpu).gpu
+
+
+def test_infer_workers_are_devices_times_processes_on_gpus_only() -> None:
+    config = EngineConfig(backend=Backend.AUTO, devices=(0, 2, 3), processes_per_device=2)
+    assert infer_workers(config, Machine("10.3.0", 4, "", GPU_BUILD)) == 6
+    assert infer_workers(config, Machine(None, 0, NO_DRIVER, CPU_BUILD)) == 2
+    assert [device_of(config, worker) for worker in range(6)] == [0, 0, 2, 2, 3, 3]
+    assert device_of(EngineConfig(), 5) == 0
+
+
+def test_detect_machine_survives_cuda_python_raising_without_a_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_cuda(monkeypatch, FakeCudaRuntime(no_driver="raise"))
+    hide_module(monkeypatch, "tensorrt")
+    detect_machine.cache_clear()
+    try:
+        machine = detect_machine()
+    finally:
+        detect_machine.cache_clear()
+    assert (machine.tensorrt, machine.gpus) == (None, 0)
+    assert machine.no_gpu == "no CUDA driver / GPU found (Failed to dlopen libcuda.so.1)"
+    assert "CPUExecutionProvider" in machine.ort_providers
+
+
+def test_detect_machine_finds_tensorrt_and_the_gpu(fake_trt: FakeTensorRT) -> None:
+    machine = detect_machine()
+    assert (machine.tensorrt, machine.gpus, machine.no_gpu) == ("10.3.0", 1, "")
+    assert choose_backend(EngineConfig()).backend is Backend.TENSORRT
+
+
+def test_auto_opens_a_tensorrt_engine_with_fakes(
+    fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path
+) -> None:
+    config = EngineConfig(cache_dir=str(tmp_path), max_batch=2)
+    engine = open_engine(config, str(conv_model), {"x": (0,)}, OpenOptions(device=0))
+    assert engine.backend == "tensorrt"
+    x = np.ones((2, 3, 8, 8), np.float32)
+    np.testing.assert_array_equal(engine.infer({"x": x}, ["y"])["y"], 3 * x)
+    engine.close()
+
+
+def test_auto_opens_onnxruntime_on_the_cpu_here(monkeypatch: pytest.MonkeyPatch, conv_model: Path) -> None:
+    hide_module(monkeypatch, "tensorrt")
+    install_cuda(monkeypatch, FakeCudaRuntime(gpus=()))
+    detect_machine.cache_clear()
+    try:
+        engine = open_engine(EngineConfig(providers=("tensorrt", "cuda", "cpu")), str(conv_model))
+    finally:
+        detect_machine.cache_clear()
+    assert (engine.backend, engine.provider) == ("onnxruntime", "CPUExecutionProvider")
+    engine.close()
+
+
+def test_preflight_fails_fast_for_tensorrt_without_a_gpu(
+    fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime
+) -> None:
+    assert preflight(EngineConfig(backend=Backend.TENSORRT)).backend is Backend.TENSORRT
+    with pytest.raises(EngineError, match=r"^engine.devices: GPU 1 not found"):
+        preflight(EngineConfig(backend=Backend.TENSORRT, devices=(0, 1)))
+    fake_cuda.gpus = ()
+    with pytest.raises(EngineError, match=r"^no CUDA driver / GPU found"):
+        preflight(EngineConfig(backend=Backend.TENSORRT))
+
+
+def test_engine_config_gpu_keys_are_validated() -> None:
+    from pipeline.config import load_config
+    from pipeline.errors import ConfigError
+
+    default = Path(__file__).resolve().parents[3] / "configs/default.yaml"
+    config = load_config(default, ["engine.backend=tensorrt", "engine.precision=fp16", "engine.max_batch=8"])
+    engine = config.engine
+    assert (engine.backend, engine.precision, engine.devices, engine.min_batch, engine.opt_batch) == (
+        Backend.TENSORRT,
+        "fp16",
+        (0,),
+        1,
+        None,
+    )
+    assert (engine.cache_dir, engine.cuda_graph, engine.calibration.frames) == (None, False, 256)
+    bad = {
+        "engine.devices=[0, 0]": "engine.devices: must be distinct GPU ids >= 0",
+        "engine.devices=[]": "engine.devices",
+        "engine.min_batch=4": "engine: batch profile must satisfy min_batch <= opt_batch <= max_batch",
+        "engine.precision=fp8": "engine.precision",
+        "engine.calibration.frames=0": "engine.calibration.frames",
+        "engine.backend=tensorflow": "engine.backend",
+    }
+    for override, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(default, [override])
