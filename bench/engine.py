@@ -12,7 +12,8 @@ the engine as an infer worker would (batch rewrite included) and measures:
   the runs less before opening (cudaMemGetInfo: the whole device, so nothing else should run there).
 
 A model with a fixed batch of 1 whose graph cannot be rewritten gets rows for batch 1 only.
-`--repeat N` runs every variant N times (interleaved) and reports medians. `--json` writes
+`--repeat N` runs every variant N times (interleaved) and reports medians, with the 1-minute load
+average before each run (`--max-load` waits, up to `--max-wait` seconds, for a quieter machine). `--json` writes
 everything, `--chart` a PNG (throughput and per-frame latency against batch size), and
 `--compare OLD.json NEW.json` prints the ratio NEW/OLD of each row instead of measuring.
 """
@@ -49,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[ar
     parser.add_argument("--min-iterations", type=int, default=20, help="timed calls per batch size, at least")
     parser.add_argument("--max-iterations", type=int, default=2000, help="timed calls per batch size, at most")
     parser.add_argument("--repeat", type=int, default=1, help="runs of every variant; medians reported")
-    parser.add_argument("--max-load", type=float, default=None, help="wait (up to 2 min) for a load average below this")
+    parser.add_argument("--max-load", type=float, default=None, help="before each run, wait for a load average below this")
+    parser.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for --max-load (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a variant may take (TensorRT builds)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--chart", metavar="PATH", help="write a PNG chart here")
@@ -95,10 +97,13 @@ def run(args: argparse.Namespace) -> int:
     for repeat in range(args.repeat):
         for job in jobs:
             if args.max_load is not None:
-                harness.wait_for_quiet(args.max_load, 120.0, harness.stderr)
+                harness.wait_for_quiet(args.max_load, args.max_wait, harness.stderr)
             label = job["variant"].label
-            harness.stderr(f"bench engine: {label} (run {repeat + 1}/{args.repeat})")
-            runs[label].append(_in_child(job, args.timeout))
+            load = harness.load_average()
+            harness.stderr(f"bench engine: {label} (run {repeat + 1}/{args.repeat}, load {load})")
+            found = _in_child(job, args.timeout)
+            found["load_before"] = load[0]
+            runs[label].append(found)
     results = [_median_result(label, found) for label, found in runs.items()]
     report = {
         "benchmark": "engine",
@@ -236,7 +241,8 @@ def _median_result(label: str, found: Sequence[Mapping[str, Any]]) -> dict[str, 
     good = [r for r in found if not r.get("error")]
     if not good:
         return dict(found[0]) if found else {"variant": label, "error": "not run", "rows": []}
-    merged = harness.median_of([{k: v for k, v in r.items() if k != "rows"} for r in good])
+    merged = harness.median_of([{k: v for k, v in r.items() if k not in ("rows", "load_before")} for r in good])
+    merged["load_before"] = [r.get("load_before") for r in found]  # 1-minute load average before each run
     rows = []
     for position, row in enumerate(good[0]["rows"]):
         same = [r["rows"][position] for r in good if len(r["rows"]) > position]

@@ -114,15 +114,19 @@ def median_of(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not runs:
         return {}
     out: dict[str, Any] = {}
-    for key, first in runs[0].items():
+    keys = list(dict.fromkeys(k for r in runs for k in r))
+    for key in keys:
         values = [r.get(key) for r in runs]
+        first = next((v for v in values if v is not None and v != {}), values[0])
         if isinstance(first, bool):
             out[key] = all(v for v in values if isinstance(v, bool))
         elif first is None:
-            present = [v for v in values if v is not None]
-            out[key] = median_of([{key: v} for v in present])[key] if present else None
+            out[key] = None
         elif isinstance(first, int | float):
-            out[key] = median(v for v in values if isinstance(v, int | float))
+            numbers = [v for v in values if isinstance(v, int | float)]
+            mid = median(numbers)
+            whole = all(isinstance(v, int) for v in numbers) and mid is not None and float(mid).is_integer()
+            out[key] = int(mid) if whole and mid is not None else mid
         elif isinstance(first, dict):
             out[key] = median_of([v for v in values if isinstance(v, dict)])
         else:
@@ -175,6 +179,7 @@ class ProcessSampler:
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._snap = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -182,11 +187,13 @@ class ProcessSampler:
         self._thread.start()
 
     def snapshot(self) -> None:
-        """Ask for one PSS/USS reading of every process at the next tick."""
+        """Ask for one PSS/USS reading of every process, now."""
         self._snap.set()
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5.0)
 
@@ -225,7 +232,8 @@ class ProcessSampler:
             if self._snap.is_set() and not snapped:
                 snapped = True
                 self.snapshot_memory = _memory_snapshot(procs)
-            self._stop.wait(self.interval_s)
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
         self.sampler_cpu_s = time.thread_time() - started
 
     def by_name(self) -> dict[str, float]:

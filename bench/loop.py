@@ -5,13 +5,17 @@ the daemon's own pieces (the same `VideoReader`, task, engine, composites, H.264
 and ZeroMQ publisher) and the same settings, so that the only difference is how the work is laid
 out. Several sources are read round-robin. It runs in a spawned child (`loop_main`), so that its
 start-up (imports, model load) and its CPU time are counted the way the daemon's are.
+
+Timings follow the daemon's records: `latency_ms.total` counts from the end of a frame's decode (for
+a real-time source, from when the frame is due), `latency_ms.decode` is the decode itself.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -24,17 +28,34 @@ def loop_main(config_raw: Mapping[str, Any], engine_threads: int, result_path: s
         json.dump(result, f)
 
 
+@dataclass
+class _Source:
+    """One source of the loop: its reader, its frames, its model input buffer, its outputs."""
+
+    config: Any  # pipeline.config.SourceConfig
+    reader: Any  # stages.decode.VideoReader
+    info: Any  # stages.decode.StreamInfo
+    frames: Iterator[Any]
+    input: Any  # np.ndarray shaped as the task's input
+    count: int = 0
+    clock: tuple[float, float] | None = None  # (monotonic start, first frame time) when real-time
+
+    @property
+    def done(self) -> bool:
+        limit = self.config.max_frames
+        return limit is not None and self.count >= limit
+
+    @property
+    def expected(self) -> int:
+        n, limit = self.info.frame_count or 0, self.config.max_frames
+        return min(n, limit) if (n and limit) else (n or limit or 0)
+
+
 def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, Any]:
     import numpy as np
 
     from engines.registry import open_engine
-    from pipeline.config import (
-        JsonlOutput,
-        VideoFileOutput,
-        ZmqOutput,
-        resolve_path,
-        validate_config,
-    )
+    from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path, validate_config
     from pipeline.frame import Frame
     from pipeline.publish import Publisher
     from stages.decode import VideoReader, local_path
@@ -51,137 +72,112 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
     engine_config = config.engine.model_copy(update={"threads": engine_threads, "max_batch": 1})
     engine = open_engine(engine_config, config.model.path, task.dynamic_axes())
 
-    readers = []
-    for source in config.sources:
-        reader = VideoReader(source.id, source.uri)
+    sources: list[_Source] = []
+    for source_config in config.sources:
+        reader = VideoReader(source_config.id, source_config.uri)
         info = reader.open()
         spec = task.input_spec(info.width, info.height)
-        readers.append(
-            {
-                "source": source,
-                "reader": reader,
-                "info": info,
-                "frames": iter(reader.frames()),
-                "input": np.empty(tuple(int(d) for d in spec.shape), dtype=spec.dtype),
-                "count": 0,
-                "clock": None,
-            }
-        )
-    writers: list[tuple[str, Any, Any]] = []  # (kind, per-source writers or a publisher, config)
+        buffer = np.empty(tuple(int(d) for d in spec.shape if d is not None), dtype=spec.dtype)
+        sources.append(_Source(source_config, reader, info, iter(reader.frames()), buffer))
+
+    videos: list[dict[str, Any]] = []  # per output: source id -> VideoFileWriter
+    jsonls: list[dict[str, Any]] = []  # per output: source id -> JsonlWriter
+    publishers: list[Any] = []
     for out in config.outputs:
         if isinstance(out, VideoFileOutput):
-            per = {}
-            for r in readers:
-                info = r["info"]
-                audio = local_path(r["source"].uri) if (out.audio and info.has_audio) else None
-                writer = VideoFileWriter(
-                    resolve_path(out.path, info.source_id), info, crf=out.crf, preset=out.preset, audio_from=audio
+            files: dict[str, Any] = {}
+            for s in sources:
+                audio = local_path(s.config.uri) if (out.audio and s.info.has_audio) else None
+                path = resolve_path(out.path, s.info.source_id)
+                files[s.info.source_id] = VideoFileWriter(
+                    path, s.info, crf=out.crf, preset=out.preset, audio_from=audio
                 )
-                writer.open()
-                per[info.source_id] = writer
-            writers.append(("video_file", per, out))
+            videos.append(files)
         elif isinstance(out, JsonlOutput):
-            per = {}
-            for r in readers:
-                writer = JsonlWriter(resolve_path(out.path, r["info"].source_id))
-                writer.open()
-                per[r["info"].source_id] = writer
-            writers.append(("jsonl", per, out))
+            ids = [s.info.source_id for s in sources]
+            jsonls.append({i: JsonlWriter(resolve_path(out.path, i)) for i in ids})
         elif isinstance(out, ZmqOutput):
-            publisher = Publisher(out.endpoint, out.mode, out.hwm)
-            publisher.open()
-            writers.append(("zmq", publisher, out))
+            publishers.append(Publisher(out.endpoint, out.mode, out.hwm))
+    for writer in [w for per in videos + jsonls for w in per.values()] + publishers:
+        writer.open()
     ready = time.time()
 
-    expected = 0
-    for r in readers:
-        n = r["info"].frame_count or 0
-        limit = r["source"].max_frames
-        expected += min(n, limit) if (n and limit) else (n or limit or 0)
+    half = max(1, sum(s.expected for s in sources) // 2)
     memory: dict[str, float] = {}
     done_times: list[float] = []
-    active = list(readers)
+    active = list(sources)
     while active:
-        for r in list(active):
-            source, info = r["source"], r["info"]
-            if source.max_frames is not None and r["count"] >= source.max_frames:
-                active.remove(r)
-                continue
+        for s in list(active):
             t0 = time.time()
-            try:
-                decoded = next(r["frames"])
-            except StopIteration:
-                active.remove(r)
+            decoded = next(s.frames, None) if not s.done else None
+            if decoded is None:
+                active.remove(s)
                 continue
-            t1 = time.time()
-            if source.realtime:  # paced to the file's own frame rate, as the daemon's decode does
-                if r["clock"] is None:
-                    r["clock"] = (time.monotonic(), decoded.time_s)
-                delay = r["clock"][0] + (decoded.time_s - r["clock"][1]) - time.monotonic()
+            t1 = decoded_at = time.time()
+            if s.config.realtime:  # paced to the file's own frame rate, as the daemon's decode does
+                if s.clock is None:
+                    s.clock = (time.monotonic(), decoded.time_s)
+                delay = s.clock[0] + (decoded.time_s - s.clock[1]) - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                t1 = time.time()
+                    t1 = time.time()  # the frame is due now: its latency starts here
             image = decoded.image
-            meta = task.preprocess(image, r["input"])
+            meta = task.preprocess(image, s.input)
             t2 = time.time()
-            outputs = engine.infer({task.input_name: r["input"]}, task.output_names)
+            outputs = engine.infer({task.input_name: s.input}, task.output_names)
             t3 = time.time()
-            result = task.postprocess(outputs, meta, info.width, info.height)
+            result = task.postprocess(outputs, meta, s.info.width, s.info.height)
             t4 = time.time()
             for composite in composites:
-                composite.apply(image, Result(result.data, dict(result.arrays)))
+                composite.apply(image, Result(result.data, dict(result.arrays)))  # drawn in place
             t5 = time.time()
+            for video in videos:
+                video[s.info.source_id].write(image, decoded.pts)
             frame = Frame(
-                source_id=info.source_id,
-                seq=r["count"],
+                source_id=s.info.source_id,
+                seq=s.count,
                 pts=decoded.pts,
                 time_s=decoded.time_s,
-                width=info.width,
-                height=info.height,
+                width=s.info.width,
+                height=s.info.height,
                 result=result.data,
                 timings={
-                    "decode": [t0, t1],
+                    "decode": [t1, t1],  # `total` counts from here, as in the daemon's records
                     "preprocess": [t1, t2],
                     "infer": [t2, t3],
                     "postprocess": [t3, t4],
                     **({"composite": [t4, t5]} if composites else {}),
                 },
             )
-            for kind, sink, _ in writers:
-                if kind == "video_file":
-                    sink[info.source_id].write(image, decoded.pts)
-                elif kind == "jsonl":
-                    # latency_ms.total counts from the end of decode, as the daemon's records do
-                    frame.timings["decode"] = [t1, t1]
-                    record = frame_record(frame)
-                    record["latency_ms"]["decode"] = round((t1 - t0) * 1000.0, 3)
-                    sink[info.source_id].write(record)
-                else:
-                    sink.send(info.source_id, frame_record(frame))
-            r["count"] += 1
+            record = frame_record(frame)
+            record["latency_ms"]["decode"] = round((decoded_at - t0) * 1000.0, 3)
+            for jsonl in jsonls:
+                jsonl[s.info.source_id].write(record)
+            for publisher in publishers:
+                publisher.send(s.info.source_id, record)
+            s.count += 1
             done_times.append(time.time())
-            if len(done_times) == max(1, expected // 2):
+            if len(done_times) == half:
                 memory = _memory()
 
-    for kind, sink, _ in writers:
-        if kind == "zmq":
-            for r in readers:
-                sink.send(r["info"].source_id, {"v": 1, "source": r["info"].source_id, "eos": True})
-            sink.close()
-        else:
-            for writer in sink.values():
-                writer.close()
-    for r in readers:
-        r["reader"].close()
+    for publisher in publishers:
+        for s in sources:
+            publisher.send(s.info.source_id, {"v": 1, "source": s.info.source_id, "eos": True})
+        publisher.close()
+    for writer in [w for per in videos + jsonls for w in per.values()]:
+        writer.close()
+    for s in sources:
+        s.reader.close()
+    provider = engine.provider
     engine.close()
     return {
         "imported": imported,
         "ready": ready,
         "done_times": done_times,
         "ended": time.time(),
-        "frames": {r["info"].source_id: r["count"] for r in readers},
+        "frames": {s.info.source_id: s.count for s in sources},
         "engine_threads": engine_threads,
-        "provider": engine.provider,
+        "provider": provider,
         "memory": memory,
     }
 

@@ -22,6 +22,7 @@ sampled half-way through the job).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import shutil
@@ -36,7 +37,9 @@ from bench import harness
 STAGES = ("decode", "preprocess", "infer", "postprocess", "composite")
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     add_config_args(parser)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side (default: %(default)s)")
@@ -53,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[ar
         default=None,
         help="before each run, wait (up to 45 s) for the 1-minute load average to drop below this",
     )
-    parser.add_argument("--keep", metavar="DIR", help="keep the output files in DIR instead of a temporary folder")
+    parser.add_argument("--keep", metavar="DIR", help="keep the output files in DIR (else a temp folder)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,7 +168,8 @@ def ratios(fw: Mapping[str, Any], loop: Mapping[str, Any]) -> dict[str, float | 
 def describe_job(config: Any) -> dict[str, Any]:
     return {
         "sources": [
-            {"id": s.id, "uri": s.uri, "realtime": s.realtime, "max_frames": s.max_frames} for s in config.sources
+            {"id": s.id, "uri": s.uri, "realtime": s.realtime, "max_frames": s.max_frames}
+            for s in config.sources
         ],
         "model": config.model.path,
         "task": config.model.task,
@@ -403,9 +407,10 @@ def expected_frames(job: Any) -> int | None:
 def frame_interval_ms(job: Any) -> float | None:
     """The longest frame interval of the job's sources (1000 / fps), None when a rate is unknown."""
     rates = [_stream_facts(s.uri)[1] for s in job.sources]
-    if not rates or any(not r for r in rates):
+    known = [r for r in rates if r]
+    if not rates or len(known) < len(rates):
         return None
-    return 1000.0 / min(rates)  # type: ignore[type-var]
+    return 1000.0 / min(known)
 
 
 def _stream_facts(uri: str) -> tuple[int | None, float | None]:
@@ -499,10 +504,7 @@ def format_table(result: Mapping[str, Any]) -> str:
     row("memory USS MiB", lambda s: s.get("memory", {}).get("uss_mib"))
     row("memory RSS MiB (sum)", lambda s: s.get("memory", {}).get("rss_mib"))
     for stage in STAGES:
-        row(
-            f"{stage} busy / p99 ms",
-            lambda s, st=stage: _busy(s, st),
-        )
+        row(f"{stage} busy / p99 ms", functools.partial(_busy, stage=stage))
     headers = ["", *sides] + (["framewire/loop"] if "ratio" in result else [])
     job = result.get("job", {})
     src = job.get("sources", [{}])

@@ -18,7 +18,9 @@ from typing import Any
 from bench import harness
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     add_config_args(parser)
     parser.add_argument("--infer", type=int, nargs="+", default=[1, 2, 3, 4], help="infer processes to try")
     parser.add_argument("--sources", type=int, nargs="+", default=[1, 2, 4], help="numbers of sources to try")
@@ -64,7 +66,8 @@ def with_shape(config: Any, infer: int, sources: int, frames: int | None) -> Any
     first = dict(raw["sources"][0])
     if frames is not None:
         first["max_frames"] = frames
-    raw["sources"] = [{**first, "id": f"{first['id']}{i}" if sources > 1 else first["id"]} for i in range(sources)]
+    ids = [f"{first['id']}{i}" for i in range(sources)] if sources > 1 else [first["id"]]
+    raw["sources"] = [{**first, "id": source_id} for source_id in ids]
     raw["engine"]["processes_per_device"] = infer
     for out in raw["outputs"]:
         if "path" in out and sources > 1 and "{source_id}" not in out["path"]:
@@ -148,10 +151,8 @@ def format_table(result: Mapping[str, Any]) -> str:
         for p in result["points"]
     ]
     head = f"bench scaling: {result['repeat']} run(s) per point, medians"
-    return head + "\n" + harness.table(
-        ["sources", "infer", "frames", "fps", "steady fps", "start-up s", "CPU ms/frame", "p50 ms", "p99 ms", "PSS MiB"],
-        rows,
-    )
+    headers = ["sources", "infer", "frames", "fps", "steady fps", "start-up s", "CPU ms/frame"]
+    return head + "\n" + harness.table([*headers, "p50 ms", "p99 ms", "PSS MiB"], rows)
 
 
 def chart(result: Mapping[str, Any], path: str) -> None:
@@ -172,6 +173,7 @@ def chart(result: Mapping[str, Any], path: str) -> None:
     axes[0].set_title("steady state (start-up left out)")
     axes[1].set_title("whole job (start-up included)")
     for ax in axes:
+        ax.set_xticks(sorted({p["infer_processes"] for p in points}))
         ax.set_xlabel("infer processes")
         ax.set_ylabel("frames per second (all sources)")
         ax.grid(True, alpha=0.3)
@@ -179,7 +181,10 @@ def chart(result: Mapping[str, Any], path: str) -> None:
         ax.legend()
     cpu = result.get("machine", {}).get("cpu", "")
     cores = result.get("machine", {}).get("logical_cores", "")
-    fig.suptitle(f"framewire scaling: {Path(str(result['job']['sources'][0]['uri'])).name} on {cpu}, {cores} cores")
+    clip = Path(str(result["job"]["sources"][0]["uri"])).name
+    runs = result.get("repeat", 1)
+    per_point = f"median of {runs} runs" if runs > 1 else "one run"
+    fig.suptitle(f"framewire scaling: {clip} on {cpu}, {cores} cores ({per_point} per point)")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -2,14 +2,16 @@
 
 - `pool`: the frame is written into a shared-memory frame-pool slot (`pipeline.framepool`) and the
   slot reference goes over a DEALER -> ROUTER ipc:// hop in the wire format (`pipeline.messages`),
-  as decode hands a frame to the hub; the receiver maps the slot (a numpy view, no copy).
+  as decode handed a frame to the hub before it converted straight into the slot; the receiver
+  maps the slot (a numpy view, no copy).
 - `zmq`: the whole frame goes over the same hop as an inline tensor, sent with `copy=False`; the
   receiver gets a numpy view on the received message.
 - `copy`: a plain in-process numpy copy into a preallocated array, for scale.
-- `hub`: the whole daemon with stages that do nothing: a source that hands out the same picture,
-  four no-op middle stages and three no-op outputs, as many processes as the default job, through
-  the real supervisor. Its frames per second and CPU time per frame (all processes, measured
-  between 20% and 90% of the frames, so start-up is left out) are the daemon's own cost per frame.
+- `hub`: the whole daemon with stages that do nothing: a source whose frames are already in their
+  slots (as decode converts straight into them), four no-op middle stages (two "infer" workers) and
+  three no-op outputs, as many processes as the default job, through the real supervisor. Its
+  frames per second and CPU time per frame (all processes, measured between 20% and 90% of the
+  frames, so start-up is left out) are the daemon's own cost per frame.
 
 The two ends of `pool` and `zmq` are two processes. Frames go one at a time: the receiver answers
 each one with a small message (the credit, as a worker's RESULT returns it), so the latency is the
@@ -36,7 +38,9 @@ SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080),
 MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     parser.add_argument(
         "--sizes",
         nargs="+",
@@ -44,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[ar
         help="frame sizes: 720p, 1080p, 4k or WIDTHxHEIGHT (default: %(default)s)",
     )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
-    parser.add_argument("--frames", type=int, default=200, help="frames per size and mode (default: %(default)s)")
+    parser.add_argument("--frames", type=int, default=200, help="frames per measurement (%(default)s)")
     parser.add_argument("--warmup", type=int, default=10, help="frames sent first and not counted")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians reported")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
@@ -107,7 +111,13 @@ def measure(
                 one = _one(mode, width, height, frames, warmup)
                 one["load_before"] = load
                 runs.append(one)
-            entry = {"size": name, "width": width, "height": height, "mode": mode, "bytes": width * height * 3}
+            entry: dict[str, Any] = {
+                "size": name,
+                "width": width,
+                "height": height,
+                "mode": mode,
+                "bytes": width * height * 3,
+            }
             entry.update(harness.median_of(runs))
             entry["runs"] = runs
             results.append(entry)
@@ -180,9 +190,8 @@ def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[s
         slots = 4
         pool_wire = None
         if mode.startswith("pool"):
-            layout = PoolLayout.plan(
-                f"framewire-bench-{os.getpid()}-{width}x{height}", slots, {"image": ((height, width, 3), "uint8")}
-            )
+            name = f"framewire-bench-{os.getpid()}-{width}x{height}"
+            layout = PoolLayout.plan(name, slots, {"image": ((height, width, 3), "uint8")})
             pool = FramePool.create(layout)
             pool_wire = layout.to_wire()
         mp = multiprocessing.get_context("spawn")
@@ -216,7 +225,8 @@ def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[s
         latencies, receiver_cpu = out_q.get()
         receiver.join(10)
         sock.close(linger=0)
-        return _summary(latencies, sender_cpu + receiver_cpu, frames, sender_cpu=sender_cpu, receiver_cpu=receiver_cpu)
+        total = sender_cpu + receiver_cpu
+        return _summary(latencies, total, frames, sender_cpu=sender_cpu, receiver_cpu=receiver_cpu)
     finally:
         if receiver is not None and receiver.is_alive():
             receiver.kill()
@@ -258,7 +268,8 @@ def _receiver_main(endpoint: str, mode: str, total: int, warmup: int, ready: Any
         checksum += int(image[0, 0, 0])  # the frame is there to read
         if i >= warmup:
             latencies.append((arrived - int(header["t0"])) / 1e6)
-        sock.send_multipart([parts[0].bytes, *msg.encode({"type": msg.GRANT, "slots": [header.get("slot", 0)]})])
+        credit = msg.encode({"type": msg.GRANT, "slots": [header.get("slot", 0)]})
+        sock.send_multipart([parts[0].bytes, *credit])
     cpu = time.process_time() - cpu0
     out_q.put((latencies, cpu))
     pools.close()
@@ -287,13 +298,23 @@ class StillSource:
         }
 
     def frames(self) -> Any:
-        import numpy as np
-
-        picture = np.zeros((self.height, self.width, 3), dtype=np.uint8)
+        # As a decoder converting into the slot (stages.decode.PendingImage), with no work to do:
+        # what is left is the daemon's own cost.
+        picture = _Converted((self.height, self.width, 3))
         for i in range(self.count):
             yield picture, i, i / 1000.0
 
     def close(self) -> None:
+        return None
+
+
+class _Converted:
+    """Pixels that are already in their slot (pipeline.frame.PendingPixels)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+    def write_into(self, out: Any) -> None:
         return None
 
 
@@ -365,19 +386,21 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
         slot_layout=_image_layout,
         preload=("bench.transport",),
     )
-    marks: dict[int, tuple[float, float]] = {}
+    marks: dict[int, tuple[float, dict[int, float]]] = {}
     first, last = max(1, frames // 5), max(2, frames * 9 // 10)
 
-    def cpu_now() -> float:
-        total = 0.0
+    def cpu_now() -> dict[int, float]:
+        """CPU seconds per process: a delta is only taken for processes alive at both marks (one
+        that exits in between would otherwise subtract its whole history)."""
+        per_pid: dict[int, float] = {}
         me = psutil.Process()
         for proc in [me, *me.children(recursive=True)]:
             try:
                 t = proc.cpu_times()
-                total += t.user + t.system
+                per_pid[proc.pid] = t.user + t.system
             except psutil.Error:
                 continue
-        return total
+        return per_pid
 
     def progress(done: int, _total: int | None) -> None:
         if done in (first, last):
@@ -392,7 +415,8 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
         raise RuntimeError(f"bench transport: the no-op pipeline failed: {report.error}")
     (t0, c0), (t1, c1) = marks[first], marks[last]
     counted = last - first
-    out = _summary(latencies[first:last], c1 - c0, counted)
+    cpu_s = sum(max(0.0, c1[pid] - c0[pid]) for pid in c0.keys() & c1.keys())
+    out = _summary(latencies[first:last], cpu_s, counted)
     out["fps"] = counted / (t1 - t0) if t1 > t0 else None
     return out
 
@@ -429,4 +453,5 @@ def format_table(result: Mapping[str, Any]) -> str:
         f"bench transport: {result['frames']} frames per measurement, {result['repeat']} repeat(s), medians "
         f"(load before {result['load_before'][0]:.2f})"
     )
-    return head + "\n" + harness.table(["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps"], rows)
+    headers = ["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps"]
+    return head + "\n" + harness.table(headers, rows)

@@ -10,14 +10,15 @@ as `model.path` of any config:
 - the opset is raised to 13 when lower (per-channel QDQ needs `axis` on DequantizeLinear).
 
 What is quantised was chosen by measurement (docs/benchmarks.md, "INT8 on the CPU"): activations
-uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; s8s8 activations measured slower on
-x86), weights symmetric and per output channel (more accurate, same speed), and convolutions with
-fewer than `min_channels` input or output channels stay in fp32. MLAS's int8 convolutions gather
-their input through a buffer of pointers per output pixel, which costs more than the arithmetic
-saves when a pixel holds only 3-16 channels (the first RGB convolution, the early depthwise layers
-at high resolution), and its fast kernels want 16 or more output channels: quantising those made
-YuNet slower than fp32. The 1-10 channel output heads are where the boxes and scores are decided;
-keeping them fp32 raised face agreement on small faces (bikes.mp4) from 0.89 to 0.96.
+uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; int8 activations and the QOperator
+format measured slower), weights symmetric and per output channel (more accurate than per tensor at
+the same speed). MLAS's int8 convolutions read their input through a buffer of pointers, one per
+output pixel and kernel tap, which costs more than the int8 arithmetic saves when a pixel holds few
+channels: quantising every convolution made YuNet 30% slower than fp32 on the CPU (the first RGB
+convolution was 2x, the depthwise layers at high resolution 2.5x slower than ONNX Runtime's fp32
+NCHWc kernels), while its 1x1 convolutions of 32-64 channels ran 2.5-3x faster. So `float_convs`
+keeps in fp32 the convolutions with fewer than `min_channels` input channels, and the depthwise
+convolutions that would start an int8 region.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class QuantizeOptions:
     per_channel: bool = True
     """Weights quantised per output channel (more accurate; per-tensor only saves a little memory)."""
     min_channels: int = 32
-    """Convolutions with fewer input or output channels stay fp32 (0 quantises every convolution)."""
+    """Rules of `float_convs`: fewer input channels than this stay fp32 (0 quantises every convolution)."""
     exclude: tuple[str, ...] = ()
     """Further node names to keep in fp32."""
     method: str = "minmax"
@@ -151,6 +152,14 @@ def video_frames(uri: str, count: int, *, stride: int | None = None) -> Iterator
                 return
 
 
+def mixed_frames(uris: Sequence[str], count: int, *, stride: int | None = None) -> Iterator[np.ndarray]:
+    """`count` frames shared among several videos (the first ones get the remainder), one video
+    after the other."""
+    for position, uri in enumerate(uris):
+        share = count // len(uris) + (1 if position < count % len(uris) else 0)
+        yield from video_frames(uri, share, stride=stride)
+
+
 # --- the model -----------------------------------------------------------------------------------
 
 
@@ -179,22 +188,33 @@ def prepare_float_model(
     return model
 
 
-def few_channel_convs(model: onnx.ModelProto, min_channels: int) -> list[str]:
-    """Names of the Conv nodes with fewer than `min_channels` input or output channels (from the
-    weights [out, in / groups, kh, kw])."""
+def float_convs(model: onnx.ModelProto, min_channels: int) -> list[str]:
+    """Names of the Conv nodes to keep in fp32 (`min_channels` 0: none), by two rules measured on
+    MLAS (module docstring): a convolution whose input has fewer than `min_channels` channels
+    (input channels per group x groups), and a depthwise convolution whose input does not already
+    come out of a quantised node (int8 depthwise is slower than fp32, so it is worth it only inside
+    an int8 region, where it saves two conversions)."""
     if min_channels <= 0:
         return []
     from onnx import helper
 
     weights = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    names = []
-    for node in model.graph.node:
+    names: list[str] = []
+    quantised: set[str] = set()  # tensors that come out of an int8 convolution, directly or not
+    for node in model.graph.node:  # graph order is topological
+        data = [name for name in node.input if name and name not in weights]
         if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+            if any(name in quantised for name in data):
+                quantised.update(node.output)
             continue
         dims = weights[node.input[1]]
-        group = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
-        if len(dims) >= 2 and min(dims[0], dims[1] * int(group)) < min_channels:
+        group = int(next((helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1))
+        channels = dims[1] * group if len(dims) >= 2 else 0
+        depthwise = group > 1 and len(dims) >= 2 and dims[1] == 1
+        if channels < min_channels or (depthwise and node.input[0] not in quantised):
             names.append(node.name)
+        else:
+            quantised.update(node.output)
     return names
 
 
@@ -218,7 +238,7 @@ def quantize_model(
     unknown = [name for name in options.exclude if name not in known]
     if unknown:
         raise ConfigError(f"--exclude: the model has no node(s) {', '.join(map(repr, unknown))}")
-    float_nodes = sorted(set(few_channel_convs(model, options.min_channels)) | set(options.exclude))
+    float_nodes = sorted(set(float_convs(model, options.min_channels)) | set(options.exclude))
     reader = FeedReader(feeds)
     method = {
         "minmax": CalibrationMethod.MinMax,

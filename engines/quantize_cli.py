@@ -27,9 +27,13 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
     )
     add_config_args(parser)
     parser.add_argument(
-        "--video", help="calibration video (default: the config's first source)"
+        "--video",
+        action="append",
+        default=[],
+        help="calibration video, repeatable: the frames are shared among them (default: the config's "
+        "sources); pick videos like the ones the model will see",
     )
-    parser.add_argument("--frames", type=int, default=128, help="calibration frames (default: %(default)s)")
+    parser.add_argument("--frames", type=int, default=128, help="calibration frames in all (default: %(default)s)")
     parser.add_argument(
         "--stride",
         type=int,
@@ -47,8 +51,8 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "--min-channels",
         type=int,
         default=32,
-        help="keep in fp32 the convolutions with fewer input or output channels; 0 quantises all "
-        "(default: %(default)s, measured fastest on the CPU)",
+        help="keep in fp32 the convolutions with fewer input channels, and the depthwise ones that "
+        "would start an int8 region; 0 quantises all (default: %(default)s, measured fastest on the CPU)",
     )
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="NODE", help="keep this node in fp32 (repeatable)"
@@ -63,7 +67,7 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.quantize import QuantizeOptions, describe_float_nodes, quantize_model, task_feeds, video_frames
+    from engines.quantize import QuantizeOptions, describe_float_nodes, mixed_frames, quantize_model, task_feeds
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import UsageError
     from stages.plan import build_task
@@ -72,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
     config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
     task = build_task(config)
-    video = args.video or config.sources[0].uri
+    videos = list(args.video) or [source.uri for source in config.sources]
     options = QuantizeOptions(
         per_channel=args.per_channel,
         min_channels=args.min_channels,
@@ -80,13 +84,13 @@ def run(args: argparse.Namespace) -> int:
         method=args.method,
         reduce_range=args.reduce_range,
     )
-    feeds = task_feeds(task, video_frames(video, args.frames, stride=args.stride))
+    feeds = task_feeds(task, mixed_frames(videos, args.frames, stride=args.stride))
     report = quantize_model(
         config.model.path, args.output, feeds, dynamic_axes=task.dynamic_axes(), options=options
     )
     print(
         f"{report.output}: INT8 (QDQ, u8 activations, s8 weights{', per channel' if args.per_channel else ''}) "
-        f"of {config.model.path}, calibrated on {report.frames} frame(s) of {video} in {report.seconds:.1f} s; "
+        f"of {config.model.path}, calibrated on {report.frames} frame(s) of {', '.join(videos)} in {report.seconds:.1f} s; "
         f"{report.quantized_nodes} tensors quantised; kept in fp32: {describe_float_nodes(report.float_nodes)}",
         file=sys.stderr,
     )

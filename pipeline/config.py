@@ -99,7 +99,7 @@ class SourceConfig(_Model):
         "it was read; needs a drop policy.",
     )
     timeout_s: float = Field(
-        default=10.0,
+        default=5.0,
         gt=0,
         le=3600,
         description="Stream and camera sources: how long opening, or waiting for the next packet, may "
@@ -148,8 +148,12 @@ class SourceConfig(_Model):
             raise ValueError(f"rtsp_transport: only for rtsp:// sources, not {kind} {uris.redact(self.uri)}")
         if self.camera is not None and kind != "camera":
             raise ValueError(f"camera: only for V4L2 cameras (/dev/video*), not {uris.redact(self.uri)}")
+        if self.realtime and self.is_live:
+            raise ValueError("realtime: only for files (a live source keeps its own pace)")
         if self.max_staleness_ms is not None and self.policy == Policy.BLOCK:
-            raise ValueError("max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)")
+            raise ValueError(
+                "max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)"
+            )
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):

@@ -123,6 +123,16 @@ class Stage(Protocol):
     def stop(self) -> None: ...
 
 
+class PendingPixels(Protocol):
+    """A frame a source has decoded but not converted: it writes its BGR pixels into `out` (a
+    frame-pool slot) itself, so the decode worker writes each frame once instead of twice."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def write_into(self, out: np.ndarray) -> None: ...
+
+
 class FrameSource(Protocol):
     """A source the decode worker reads: open it, then frames in order until it ends."""
 
@@ -130,8 +140,9 @@ class FrameSource(Protocol):
         """Stream info (JSON-able): width, height, fps, time_base, frame_count, uri, ..."""
         ...
 
-    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
-        """(BGR image, pts in time-base units, time in seconds) for each frame."""
+    def frames(self) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
+        """(BGR image, pts in time-base units, time in seconds) for each frame; the image is an
+        HxWx3 uint8 array, or `PendingPixels` that write themselves into the slot."""
         ...
 
     def close(self) -> None: ...

@@ -138,6 +138,44 @@ class FramePool:
                 pass
 
 
+POOL_PREFIX = "framewire-"
+
+
+def pool_name(owner_pid: int, index: int, source_id: str) -> str:
+    """A pool's file name carries its owner's pid, so a later run can tell an orphan."""
+    return f"{POOL_PREFIX}{owner_pid}-{index}-{source_id}"[:200]
+
+
+def sweep_orphans(shm_dir: str = SHM_DIR) -> list[str]:
+    """Remove pools whose owning supervisor is gone (killed without cleanup); returns their names."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(POOL_PREFIX):
+            continue
+        pid_text = name[len(POOL_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
 class PoolCache:
     """Pools a worker has attached, by name, so each is mapped once per process."""
 

@@ -34,7 +34,7 @@ import zmq
 from pipeline import messages as msg
 from pipeline.control import Command, ControlServer
 from pipeline.errors import ConfigError, FramewireError
-from pipeline.framepool import FramePool, PoolLayout
+from pipeline.framepool import FramePool, PoolLayout, pool_name, sweep_orphans
 from pipeline.metrics import Labels, Metrics
 from pipeline.worker import WorkerSpec, source_main, worker_main
 
@@ -112,6 +112,8 @@ class Report:
     `dropped`, which counts every drop)."""
     offline_s: dict[str, float] = field(default_factory=dict)
     """Seconds live sources spent reconnecting, in gaps that ended."""
+    rejected: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Bad messages a ZeroMQ source dropped, by reason."""
     elapsed_s: float = 0.0
     stopped: bool = False
 
@@ -220,6 +222,7 @@ class Supervisor:
         self._started = False
         self._next_index = len(plan.sources)
         self._done_total = 0
+        self._pools_made = 0
         self._pending_restarts: list[tuple[float, _Worker]] = []
         self._last_tick = time.monotonic()
         self._rates_at = time.monotonic()
@@ -277,6 +280,9 @@ class Supervisor:
             signal.signal(sig, handler)
 
     def _open(self) -> None:
+        orphans = sweep_orphans()
+        if orphans:
+            log.warning("removed %d frame pool(s) left in /dev/shm by a daemon that was killed", len(orphans))
         if self.plan.ipc_dir:
             self._ipc_dir = self.plan.ipc_dir
             os.makedirs(self._ipc_dir, exist_ok=True)
@@ -445,8 +451,9 @@ class Supervisor:
         if source.stopping:
             self._send(worker, {"type": msg.STOP})
         regions = self.plan.slot_layout(source.plan.source_id, info)
-        name = f"framewire-{os.getpid()}-{len([s for s in self._sources.values() if s.pool])}-{source.plan.source_id}"
-        layout = PoolLayout.plan(name[:200], self.plan.slots_per_source, regions)
+        self._pools_made += 1
+        name = pool_name(os.getpid(), self._pools_made, source.plan.source_id)
+        layout = PoolLayout.plan(name, self.plan.slots_per_source, regions)
         source.pool = FramePool.create(layout)
         log.info(
             "source %s: %sx%s, pool of %d slots (%.1f MiB)",
@@ -493,6 +500,8 @@ class Supervisor:
         source = self._sources.get(str(header.get("source")))
         if source is None:
             return
+        if source.stopping and source.info is None:  # a live source still connecting: tell it again
+            self._send(worker, {"type": msg.STOP})
         try:
             source.dropped += int(header.get("dropped", 0))
             source.reconnects += int(header.get("reconnects", 0))
@@ -876,7 +885,11 @@ class Supervisor:
             "state": state,
             "frames": source.done_frames,
             "dropped": source.dropped,
+            "stale": source.stale,
             "failed": source.failed,
+            "reconnects": source.reconnects,
+            "offline_s": round(source.offline_s, 3),
+            "online": source.online,
             "error": source.error,
             "width": (source.info or {}).get("width"),
             "height": (source.info or {}).get("height"),
@@ -894,17 +907,34 @@ class Supervisor:
         slots: dict[Labels, float] = {}
         dropped: dict[Labels, float] = {}
         up: dict[Labels, float] = {}
+        reconnects: dict[Labels, float] = {}
+        offline: dict[Labels, float] = {}
+        online: dict[Labels, float] = {}
+        corrupt: dict[Labels, float] = {}
+        rejected: dict[Labels, float] = {}
         for sid, source in self._sources.items():
             key = (("source", sid),)
             if source.pool is not None:
                 slots[key] = float(source.pool.layout.slots)
                 used[key] = float(sum(1 for k in self._frames if k[0] == sid))
             dropped[(("reason", "policy"), ("source", sid))] = float(source.dropped)
+            dropped[(("reason", "stale"), ("source", sid))] = float(source.stale)
             up[key] = 0.0 if source.finished else 1.0
+            reconnects[key] = float(source.reconnects)
+            offline[key] = float(source.offline_s)
+            online[key] = 1.0 if source.online and not source.finished else 0.0
+            corrupt[key] = float(source.corrupt)
+            for reason, count in source.rejected.items():
+                rejected[(("reason", reason), ("source", sid))] = float(count)
         m.replace("framewire_pool_slots", slots)
         m.replace("framewire_pool_slots_used", used)
         m.replace("framewire_dropped_frames_total", dropped)
         m.replace("framewire_source_up", up)
+        m.replace("framewire_reconnects_total", reconnects)
+        m.replace("framewire_source_offline_seconds_total", offline)
+        m.replace("framewire_source_online", online)
+        m.replace("framewire_corrupt_frames_total", corrupt)
+        m.replace("framewire_rejected_messages_total", rejected)
         ready: dict[Labels, float] = {
             (("stage", n),): float(sum(1 for w in ws if w.ready)) for n, ws in self._by_stage.items()
         }
@@ -965,6 +995,8 @@ class Supervisor:
         report.stale[sid] = source.stale
         report.reconnects[sid] = source.reconnects
         report.offline_s[sid] = round(source.offline_s, 3)
+        if source.rejected:
+            report.rejected[sid] = dict(source.rejected)
         if source.error:
             report.source_errors[sid] = source.error
 
@@ -1053,6 +1085,10 @@ def _declare_metrics(metrics: Metrics) -> Metrics:
         ("framewire_dropped_frames_total", "counter", "Frames dropped, per source and reason."),
         ("framewire_failed_frames_total", "counter", "Frames a stage failed on, passed on unprocessed."),
         ("framewire_reconnects_total", "counter", "Times a live source reconnected."),
+        ("framewire_source_offline_seconds_total", "counter", "Seconds a live source spent reconnecting."),
+        ("framewire_source_online", "gauge", "1 while a live source is connected and read."),
+        ("framewire_corrupt_frames_total", "counter", "Frames the decoder reported as corrupt, per source."),
+        ("framewire_rejected_messages_total", "counter", "Messages a ZeroMQ source dropped, per reason."),
         ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
         ("framewire_workers", "gauge", "Workers up, per stage."),
         ("framewire_source_up", "gauge", "1 while a source is being read."),

@@ -25,7 +25,15 @@ import zmq
 
 from pipeline import messages as msg
 from pipeline.errors import FramewireError
-from pipeline.frame import Frame, FrameSource, LiveFrameSource, SourceInterrupted, Stage, StageContext
+from pipeline.frame import (
+    Frame,
+    FrameSource,
+    LiveFrameSource,
+    PendingPixels,
+    SourceInterrupted,
+    Stage,
+    StageContext,
+)
 from pipeline.framepool import FramePool, PoolCache, PoolLayout
 
 log = logging.getLogger(__name__)
@@ -469,7 +477,7 @@ def _pump(
     dropped = 0
     clock_start: float | None = None
     first_time = 0.0
-    pending: tuple[np.ndarray, int, float, float] | None = None
+    pending: tuple[np.ndarray | PendingPixels, int, float, float] | None = None
     frames = iter(reader.frames())
     while not grants.stop:
         if max_frames is not None and seq >= max_frames:
@@ -491,6 +499,7 @@ def _pump(
                 # its latency starts here, not while it waited for its turn.
                 decoded_at = time.time()
         if policy == "block":
+            grants.drain(sock, 0)  # a STOP must be heard even while free slots are at hand
             while not grants.free and not grants.stop:
                 grants.drain(sock, POLL_MS)
                 if watch.gone():
@@ -519,7 +528,10 @@ def _pump(
                 f"source {source_id}: frame {seq} is {image.shape[1]}x{image.shape[0]}, "
                 f"the stream started at {target.shape[1]}x{target.shape[0]}"
             )
-        np.copyto(target, image)
+        if isinstance(image, np.ndarray):
+            np.copyto(target, image)
+        else:
+            image.write_into(target)  # converted straight into the slot: written once, not copied
         header = {
             "type": msg.FRAME,
             "source": source_id,
@@ -540,6 +552,8 @@ def _pump(
         _send(sock, header)
         seq += 1
         stats.send(sock)
+    if pending is not None:  # read, never sent: it counts as dropped like the others
+        dropped += 1
     if dropped:
         _send(sock, {"type": msg.STATS, "source": source_id, "dropped": dropped})
     stats.send(sock, force=True)

@@ -27,6 +27,8 @@ from typing import Literal
 
 import zmq
 
+from pipeline.errors import SourceError
+
 log = logging.getLogger(__name__)
 
 MAX_SIDE = 8192
@@ -56,7 +58,8 @@ class PushedFrame:
     data: bytes
 
 
-EOS = "eos"
+EOS: Literal["eos"] = "eos"
+"""What `parse` returns for a `{"eos": true}` message: the producer ended the stream."""
 
 
 def parse(parts: Sequence[bytes]) -> PushedFrame | Literal["eos"]:
@@ -91,7 +94,8 @@ def parse(parts: Sequence[bytes]) -> PushedFrame | Literal["eos"]:
         raise Rejected("pts", f"pts must be a non-negative integer (microseconds), got {_short(pts)}")
     data = parts[1]
     if fmt == "bgr24" and len(data) != width * height * 3:
-        raise Rejected("size", f"{len(data)} bytes for {width}x{height} bgr24 ({width * height * 3} expected)")
+        expected = width * height * 3
+        raise Rejected("size", f"{len(data)} bytes for {width}x{height} bgr24 ({expected} expected)")
     if fmt == "jpeg":
         found = jpeg_size(data)
         if found is None:
@@ -142,7 +146,9 @@ class ZmqReceiver:
     time; what it rejected is in `rejected` (reason -> count).
     """
 
-    def __init__(self, source_id: str, endpoint: str, *, hwm: int = 4, max_part_bytes: int = MAX_PART_BYTES) -> None:
+    def __init__(
+        self, source_id: str, endpoint: str, *, hwm: int = 4, max_part_bytes: int = MAX_PART_BYTES
+    ) -> None:
         self.source_id = source_id
         self.endpoint = endpoint
         self.hwm = hwm
@@ -152,7 +158,7 @@ class ZmqReceiver:
         self._sock: zmq.Socket | None = None
 
     def open(self) -> None:
-        """Bind the socket; raises zmq.ZMQError (e.g. the address is in use)."""
+        """Bind the socket; SourceError when it cannot (e.g. the address is in use)."""
         self.close()
         ctx = zmq.Context()
         sock = ctx.socket(zmq.PULL)
@@ -162,10 +168,11 @@ class ZmqReceiver:
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_part_bytes)
         try:
             sock.bind(self.endpoint)
-        except zmq.ZMQError:
+        except zmq.ZMQError as exc:
             sock.close(linger=0)
             ctx.term()
-            raise
+            where = f"source {self.source_id}: cannot bind {self.endpoint}"
+            raise SourceError(f"{where}: {exc.strerror}") from None
         self._ctx, self._sock = ctx, sock
 
     def receive(self, timeout_ms: int) -> PushedFrame | Literal["eos"] | None:
@@ -187,7 +194,9 @@ class ZmqReceiver:
         """Count a bad message; the first of each reason is logged, the rest only counted."""
         self.rejected[reason] += 1
         level = logging.WARNING if self.rejected[reason] == 1 else logging.DEBUG
-        log.log(level, "source %s: dropped a bad message (%s); further ones are only counted", self.source_id, detail)
+        log.log(
+            level, "source %s: dropped a bad message (%s); further ones are only counted", self.source_id, detail
+        )
 
     def close(self) -> None:
         if self._sock is not None:

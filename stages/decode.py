@@ -199,6 +199,23 @@ class VideoReader:
         duration. Corrupt data raises SourceError naming the frame index; a file that yields fewer
         frames than its container declares raises SourceError ("truncated") after the last good frame.
         """
+        for frame, pts, time_s, index in self._decoded():
+            yield DecodedFrame(to_bgr(frame), pts, time_s, index)
+
+    def pending_frames(self) -> Iterator[tuple[PendingImage, int, float]]:
+        """`frames()` without the conversion: (image, pts, time) where the image is converted to BGR
+        only when written into its destination (the decode worker's frame-pool slot), which saves
+        a copy of every frame."""
+        for frame, pts, time_s, _ in self._decoded():
+            yield PendingImage(frame), pts, time_s
+
+    def _decoded(self) -> Iterator[tuple[av.VideoFrame, int, float, int]]:
+        """(frame, pts, time in seconds, index) of every frame, as `frames()` describes them.
+
+        A frame without pts, or whose pts does not increase, gets the previous pts plus one frame
+        duration. Corrupt data raises SourceError naming the frame index; a file that yields fewer
+        frames than its container declares raises SourceError ("truncated") after the last good frame.
+        """
         info = self.info
         container, stream = self._container, self._stream
         if container is None or stream is None or self._reading:
@@ -213,13 +230,13 @@ class VideoReader:
                 pts = next_pts(frame.pts, last_pts, step)
                 derived += pts != frame.pts
                 last_pts = pts
-                image = to_bgr(frame)
-                yield DecodedFrame(image, pts, float(pts * info.time_base), index)
+                yield frame, pts, float(pts * info.time_base), index
                 index += 1
         except av.FFmpegError as err:
             reason = error_reason(err, self.timeout_s)
             if self.live:
-                raise SourceError(f"source {self.source_id}: stream lost after frame {index}: {reason}") from None
+                lost = f"source {self.source_id}: stream lost after frame {index}"
+                raise SourceError(f"{lost}: {reason}") from None
             raise SourceError(
                 f"source {self.source_id}: decode error at frame {index}: {reason}"
             ) from err
@@ -343,8 +360,27 @@ def next_pts(raw: int | None, last: int | None, step: int) -> int:
     return raw
 
 
-def to_bgr(frame: av.VideoFrame) -> np.ndarray:
-    """A decoded frame as a C-contiguous HxWx3 BGR uint8 array.
+class PendingImage:
+    """A decoded frame not yet converted to BGR: `write_into(out)` converts it straight into `out`.
+
+    The decode worker converts each frame into its frame-pool slot this way instead of converting
+    into a new array and copying that into the slot: a 1080p frame is written once, not twice
+    (the copy cost 0.45 ms a frame; docs/benchmarks.md, "Transport").
+    """
+
+    __slots__ = ("frame", "shape")
+
+    def __init__(self, frame: av.VideoFrame) -> None:
+        self.frame = frame
+        self.shape = (frame.height, frame.width, 3)
+
+    def write_into(self, out: np.ndarray) -> None:
+        """Convert into `out`, a C-contiguous HxWx3 uint8 array of this frame's size."""
+        to_bgr(self.frame, out)
+
+
+def to_bgr(frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
+    """A decoded frame as a C-contiguous HxWx3 BGR uint8 array (written into `out` when given).
 
     8-bit 4:2:0 BT.601 limited-range frames of even size go through OpenCV: decode plus conversion
     measured 2.2x faster than libswscale's bgr24 path (bikes.mp4 1849 vs 816 fps, 720p 727 vs 323 fps
@@ -358,8 +394,14 @@ def to_bgr(frame: av.VideoFrame) -> np.ndarray:
         and frame.colorspace in _BT601_COLORSPACES
         and frame.color_range != _JPEG_RANGE
     ):
-        return cv2.cvtColor(frame.to_ndarray(), cv2.COLOR_YUV2BGR_I420)
-    return np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+        converted = cv2.cvtColor(frame.to_ndarray(), cv2.COLOR_YUV2BGR_I420, dst=out)
+    else:
+        converted = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))
+    if out is None:
+        return converted
+    if not np.shares_memory(converted, out):  # libswscale's path, or OpenCV refused `dst`
+        np.copyto(out, converted)
+    return out
 
 
 class FileSource:
@@ -379,9 +421,8 @@ class FileSource:
             info["path"] = os.path.abspath(path)
         return info
 
-    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
-        for frame in self.reader.frames():
-            yield frame.image, frame.pts, frame.time_s
+    def frames(self) -> Iterator[tuple[np.ndarray | PendingImage, int, float]]:
+        yield from self.reader.pending_frames()  # converted straight into the slot
 
     def close(self) -> None:
         self.reader.close()

@@ -17,9 +17,10 @@ from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
 from pipeline.errors import ConfigError
+from pipeline.frame import FrameSource
 from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
-from stages.decode import FileSource
+from stages.live import build_source
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
@@ -104,8 +105,8 @@ def _output(config: Config, index: int) -> Any:
     raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
 
 
-def _source(source: SourceConfig) -> FileSource:
-    return FileSource(source.id, source.uri)
+def _source(source: SourceConfig) -> FrameSource:
+    return build_source(source)  # a file, a live stream or camera, or a ZeroMQ source
 
 
 def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -181,7 +182,12 @@ def source_plan(source: SourceConfig) -> SourcePlan:
     return SourcePlan(
         source.id,
         functools.partial(_source, source),
-        {"policy": source.policy.value, "realtime": source.realtime, "max_frames": source.max_frames},
+        {
+            "policy": source.policy.value,
+            "realtime": source.realtime,
+            "max_frames": source.max_frames,
+            "max_staleness_ms": source.max_staleness_ms,
+        },
     )
 
 

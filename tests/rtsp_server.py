@@ -19,6 +19,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from fractions import Fraction
 
 import av
@@ -235,3 +236,31 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def spawn(port: int, *, width: int = 160, height: int = 120, frames: int = 50, fps: int = 25) -> Any:
+    """Start the server in a child process (`python -m tests.rtsp_server`); returns once it listens."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.rtsp_server", "--port", str(port), "--width", str(width),
+         "--height", str(height), "--frames", str(frames), "--fps", str(fps)],
+        cwd=root, env=env, stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("serving"):
+        process.kill()
+        raise RuntimeError(f"the test RTSP server did not start: {line!r}")
+    return process
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

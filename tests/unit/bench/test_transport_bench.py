@@ -15,7 +15,8 @@ pytestmark = pytest.mark.timeout(120)
 def test_bench_transport_small_frames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "transport.json"
     code = run_pipeline.main(
-        ["bench", "transport", "--sizes", "64x48", "--frames", "10", "--warmup", "2", "--repeat", "1", "--json", str(out)]
+        ["bench", "transport", "--sizes", "64x48", "--frames", "10", "--warmup", "2", "--repeat", "1"]
+        + ["--json", str(out)]
     )
     assert code == 0
     result = json.loads(out.read_text())
@@ -23,7 +24,9 @@ def test_bench_transport_small_frames(tmp_path: Path, capsys: pytest.CaptureFixt
     assert {r["mode"] for r in result["results"]} == {"pool", "pool-ref", "zmq", "copy", "hub"}
     for entry in result["results"]:
         assert entry["size"] == "64x48" and entry["bytes"] == 64 * 48 * 3
-        assert entry["latency_ms"]["p50"] > 0
+        assert entry["latency_ms"]["p50"] >= 0  # an in-process copy of 9 KiB rounds to 0.000 ms
+        if entry["mode"] != "copy":
+            assert entry["latency_ms"]["p50"] > 0
         assert entry["latency_ms"]["p99"] >= entry["latency_ms"]["p50"]
         assert entry["cpu_ms_per_frame"] >= 0
         if entry["mode"] == "hub":  # the whole daemon with no-op stages

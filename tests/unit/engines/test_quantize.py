@@ -13,7 +13,7 @@ from engines.onnxruntime import OnnxRuntimeEngine
 from engines.quantize import (
     FeedReader,
     QuantizeOptions,
-    few_channel_convs,
+    float_convs,
     prepare_float_model,
     quantization_info,
     quantize_model,
@@ -98,12 +98,14 @@ def test_prepared_model_has_opset_13_and_dynamic_size() -> None:
     assert all(node.name for node in model.graph.node)
 
 
-def test_few_channel_convs_keep_the_first_layer_and_heads_in_fp32() -> None:
+def test_float_convs_keep_few_channel_and_region_starting_depthwise_convs_in_fp32() -> None:
     model = prepare_float_model(YUNET)
-    names = few_channel_convs(model, 32)
+    names = float_convs(model, 32)
     assert "Conv_0" in names  # 3 input channels
-    assert "Conv_19" not in names  # 64 input channels
-    assert few_channel_convs(model, 0) == []
+    assert "Conv_10" in names  # depthwise, 32 channels, its input comes from fp32 Conv_9
+    assert "Conv_12" not in names and "Conv_13" not in names  # 1x1 and depthwise inside the int8 region
+    assert "Conv_54" not in names and "Conv_55" in names  # head: 64 -> 1 int8, then 1 channel fp32
+    assert float_convs(model, 0) == []
 
 
 def test_quantised_model_loads_and_runs_at_another_size(int8_model: Path, task, face_clip: Path) -> None:  # type: ignore[no-untyped-def]

@@ -46,3 +46,20 @@ def test_attached_pool_shares_memory_and_owner_unlinks() -> None:
     finally:
         owner.close()
     assert not os.path.exists(FramePool.path_of(lay.name))
+
+
+def test_sweep_removes_only_pools_of_dead_owners(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from pipeline.framepool import pool_name, sweep_orphans
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    orphan = tmp_path / pool_name(dead_pid, 1, "cam")
+    mine = tmp_path / pool_name(os.getpid(), 1, "cam")
+    other = tmp_path / "not-ours"
+    for path in (orphan, mine, other):
+        path.write_bytes(b"x")
+    assert sweep_orphans(str(tmp_path)) == [orphan.name]
+    assert not orphan.exists() and mine.exists() and other.exists()

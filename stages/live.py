@@ -1,0 +1,382 @@
+"""Live sources: network streams and V4L2 cameras read by PyAV, and frames pushed over ZeroMQ.
+
+A live source is a `pipeline.frame.LiveFrameSource`: it does not end when its stream does. When a
+read fails, times out or reaches the end, it closes the stream and opens it again, waiting
+`initial_s`, then twice as long each time up to `max_s`, for as long as `max_attempts` allows,
+while the decode worker and the rest of the pipeline keep going. It counts its reconnects and the
+seconds it spent offline (`stats()`, sent to the hub). The frames after a reconnect continue the
+same timeline: their pts go on from the last one, past the gap. A stream that comes back at another
+size ends the source with an error (the frame pool and the outputs are sized for the first one).
+
+Credentials in a URI appear only as `***` in every log line and error (`pipeline.uris.redact`).
+No sockets here: the ZeroMQ source's socket is `pipeline.zmq_source`, this module decodes its bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import cv2
+import numpy as np
+
+from pipeline.config import CameraConfig, SourceConfig
+from pipeline.errors import SourceError
+from pipeline.frame import FrameSource, SourceInterrupted
+from pipeline.uris import redact, scheme, source_kind, zmq_endpoint
+from pipeline.zmq_source import EOS, PushedFrame, ZmqReceiver
+from stages.decode import FileSource, PendingImage, StreamInfo, VideoReader, next_pts
+
+logger = logging.getLogger(__name__)
+
+WAIT_SLICE_S = 0.1
+"""How often a source that waits (to reconnect, for a producer) asks whether it should stop."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between connection attempts: `initial_s`, doubling up to `max_s`; after
+    `max_attempts` failures in a row (None: never) the source gives up."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    max_attempts: int | None = None
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1, 2, ...)."""
+        return float(min(self.max_s, self.initial_s * 2 ** min(max(attempt, 1) - 1, 32)))
+
+
+def stream_options(
+    uri: str,
+    *,
+    timeout_s: float,
+    rtsp_transport: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """FFmpeg options for a network stream: its protocol's own socket timeout, in microseconds.
+
+    Checked against the FFmpeg in PyAV 18 (FFmpeg 8): RTSP takes `timeout` (called `stimeout`
+    before FFmpeg 5, which now ignores that name); HTTP takes `timeout` and the generic `rw_timeout`;
+    RTMP takes `rw_timeout` only (its `timeout` is a listen timeout in seconds). PyAV's own
+    open/read timeout (`timeout_s` of the reader) backs these up for every protocol.
+    """
+    micros = str(int(timeout_s * 1_000_000))
+    found = scheme(uri)
+    options: dict[str, str] = {}
+    if found in ("rtsp", "rtsps"):
+        options["rtsp_transport"] = rtsp_transport or "tcp"
+        options["timeout"] = micros
+    elif found in ("http", "https"):
+        options["timeout"] = micros
+        options["rw_timeout"] = micros
+    else:
+        options["rw_timeout"] = micros
+    options.update(extra or {})
+    return options
+
+
+def camera_options(camera: CameraConfig | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """FFmpeg v4l2 input options from a source's `camera:` keys (video_size, framerate, input_format)."""
+    options: dict[str, str] = {}
+    if camera is not None:
+        if camera.width is not None and camera.height is not None:
+            options["video_size"] = f"{camera.width}x{camera.height}"
+        if camera.fps is not None:
+            options["framerate"] = f"{camera.fps:g}"
+        if camera.input_format is not None:
+            options["input_format"] = camera.input_format
+    options.update(extra or {})
+    return options
+
+
+def build_source(config: SourceConfig) -> FrameSource:
+    """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source."""
+    kind = source_kind(config.uri)
+    backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
+    if kind == "zmq":
+        return ZmqSource(config.id, config.uri)
+    if kind == "camera":
+        options = camera_options(config.camera, config.ffmpeg_options)
+        return LiveSource(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s,
+                          backoff=backoff)
+    if kind == "stream":
+        options = stream_options(
+            config.uri,
+            timeout_s=config.timeout_s,
+            rtsp_transport=config.rtsp_transport,
+            extra=config.ffmpeg_options,
+        )
+        if config.is_live:
+            return LiveSource(
+                config.id, config.uri, options=options, timeout_s=config.timeout_s, backoff=backoff
+            )
+        return FileSource(config.id, config.uri, options=options)
+    if config.is_live:  # a file said to be live: read again from the start each time it ends
+        return LiveSource(config.id, config.uri, options={}, timeout_s=None, backoff=backoff)
+    return FileSource(config.id, config.uri)
+
+
+class LiveSource:
+    """A network stream (RTSP, RTMP, HTTP(S)/HLS, SRT, ...) or a V4L2 camera, reconnecting as it
+    drops. Build it cheaply; `open()` connects (retrying like a reconnect) in the decode worker."""
+
+    def __init__(
+        self,
+        source_id: str,
+        uri: str,
+        *,
+        options: Mapping[str, str],
+        format: str | None = None,
+        timeout_s: float | None = 5.0,
+        backoff: Backoff = Backoff(),
+    ) -> None:
+        self.source_id = source_id
+        self.uri = uri
+        self.shown = redact(uri)
+        self.options = dict(options)
+        self.format = format
+        self.timeout_s = timeout_s
+        self.backoff = backoff
+        self._interrupted: Callable[[], bool] = lambda: False
+        self._reader: VideoReader | None = None
+        self._first: StreamInfo | None = None
+        self._reconnects = 0
+        self._offline_s = 0.0
+        self._online = False
+        self._corrupt = 0
+        self._last_pts: int | None = None
+        self._offset: int | None = None
+        self._gap_s = 0.0
+
+    def set_interrupt(self, interrupted: Callable[[], bool]) -> None:
+        self._interrupted = interrupted
+
+    def open(self) -> dict[str, Any]:
+        """Connect (retrying with backoff) and describe the stream; SourceInterrupted if told to
+        stop first. A camera that is not there at all fails at once: that is a config mistake."""
+        if self.format == "v4l2" and not os.path.exists(self.uri):
+            raise SourceError(f"source {self.source_id}: no camera at {self.shown}")
+        reader = self._connect()
+        self._first = reader.info
+        info = reader.info.to_dict()
+        info["live"] = True
+        return info
+
+    def frames(self) -> Iterator[tuple[np.ndarray | PendingImage, int, float]]:
+        first = self._first
+        if first is None or self._reader is None:
+            raise SourceError(f"source {self.source_id}: frames() before open()")
+        while True:
+            reader = self._reader
+            assert reader is not None
+            try:
+                for image, raw_pts, _ in reader.pending_frames():  # converted straight into the slot
+                    pts = self._retime(raw_pts, reader.info.time_base)
+                    yield image, pts, float(pts * first.time_base)
+                why = f"source {self.source_id}: the stream ended"
+            except SourceError as err:
+                why = str(err)
+            self._corrupt += reader.corrupt
+            reader.close()
+            self._reader = None
+            self._online = False
+            lost_at = time.monotonic()
+            logger.warning("%s; reconnecting to %s", why, self.shown)
+            try:
+                reader = self._connect()
+            except SourceInterrupted:
+                return
+            new = reader.info
+            if (new.width, new.height) != (first.width, first.height):
+                raise SourceError(
+                    f"source {self.source_id}: {self.shown} came back at {new.width}x{new.height}, "
+                    f"it started at {first.width}x{first.height}; a live source cannot change size"
+                )
+            self._gap_s = time.monotonic() - lost_at
+            self._reconnects += 1
+            self._offline_s += self._gap_s
+            self._offset = None
+            logger.warning(
+                "source %s: reconnected to %s after %.1f s offline (%d reconnect(s) so far)",
+                self.source_id, self.shown, self._gap_s, self._reconnects,
+            )
+
+    def stats(self) -> dict[str, Any]:
+        current = self._reader.corrupt if self._reader is not None else 0
+        return {
+            "reconnects": self._reconnects,
+            "offline_s": round(self._offline_s, 3),
+            "online": self._online,
+            "corrupt": self._corrupt + current,
+        }
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._online = False
+
+    def _connect(self) -> VideoReader:
+        attempt = 0
+        while True:
+            if self._interrupted():
+                raise SourceInterrupted(self.source_id)
+            reader = VideoReader(
+                self.source_id, self.uri, options=self.options, format=self.format,
+                timeout_s=self.timeout_s, live=True,
+            )
+            try:
+                if self.format == "v4l2" and not os.path.exists(self.uri):
+                    raise SourceError(f"source {self.source_id}: no camera at {self.shown}")
+                reader.open()
+            except SourceError as err:
+                reader.close()
+                attempt += 1
+                limit = self.backoff.max_attempts
+                if limit is not None and attempt >= limit:
+                    raise SourceError(f"{err} (gave up after {attempt} attempt(s))") from None
+                delay = self.backoff.delay(attempt)
+                logger.warning("%s; retrying in %.1f s (attempt %d)", err, delay, attempt)
+                self._wait(delay)
+                continue
+            self._reader = reader
+            self._online = True
+            return reader
+
+    def _wait(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while True:
+            if self._interrupted():
+                raise SourceInterrupted(self.source_id)
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(WAIT_SLICE_S, left))
+
+    def _retime(self, pts: int, time_base: Fraction) -> int:
+        """`pts` of the current connection on the first connection's timeline: after a reconnect
+        the stream's clock starts over, so the frames go on from the last pts plus the gap."""
+        assert self._first is not None
+        base = self._first.time_base
+        raw = pts if time_base == base else round(pts * time_base / base)
+        step = self._first.frame_duration
+        if self._offset is None:
+            if self._last_pts is None:
+                self._offset = 0
+            else:
+                self._offset = self._last_pts + max(step, round(self._gap_s / base)) - raw
+        out = raw + self._offset
+        if self._last_pts is not None and out <= self._last_pts:
+            out = self._last_pts + step
+        self._last_pts = out
+        return out
+
+
+class ZmqSource:
+    """Frames another program pushes to a `zmq+tcp://` or `zmq+ipc://` endpoint, as BGR.
+
+    The socket and the message checks are `pipeline.zmq_source`; here the bytes become a frame
+    (a JPEG is decoded with OpenCV). `open()` waits for the first valid frame, which fixes the
+    stream's size; a later frame of another size is dropped and counted (reason "size"). The time
+    base is microseconds; the frame rate in the stream info is a nominal 25.
+    """
+
+    FPS = Fraction(25)
+    TIME_BASE = Fraction(1, 1_000_000)
+
+    def __init__(self, source_id: str, uri: str) -> None:
+        self.source_id = source_id
+        self.uri = uri
+        self.receiver = ZmqReceiver(source_id, zmq_endpoint(uri))
+        self._interrupted: Callable[[], bool] = lambda: False
+        self._size: tuple[int, int] | None = None
+        self._pending: tuple[np.ndarray, int] | None = None
+        self._last_pts: int | None = None
+        self._started = 0.0
+
+    def set_interrupt(self, interrupted: Callable[[], bool]) -> None:
+        self._interrupted = interrupted
+
+    def open(self) -> dict[str, Any]:
+        """Bind, then wait for the first valid frame; SourceInterrupted if told to stop first."""
+        self.receiver.open()
+        self._started = time.monotonic()
+        logger.info("source %s: waiting for frames on %s", self.source_id, self.receiver.endpoint)
+        while self._pending is None:
+            if self._interrupted():
+                raise SourceInterrupted(self.source_id)
+            got = self.receiver.receive(int(WAIT_SLICE_S * 1000))
+            if got == EOS:
+                raise SourceError(
+                    f"source {self.source_id}: the producer ended the stream before its first frame"
+                )
+            if isinstance(got, PushedFrame):
+                self._pending = self._decode(got)
+        image = self._pending[0]
+        return {
+            "source_id": self.source_id,
+            "uri": self.uri,
+            "width": int(image.shape[1]),
+            "height": int(image.shape[0]),
+            "fps": f"{self.FPS.numerator}/{self.FPS.denominator}",
+            "time_base": f"{self.TIME_BASE.numerator}/{self.TIME_BASE.denominator}",
+            "frame_count": None,
+            "duration_s": None,
+            "has_audio": False,
+            "audio_codec": None,
+            "is_file": False,
+            "live": True,
+        }
+
+    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
+        if self._pending is not None:
+            image, pts = self._pending
+            self._pending = None
+            yield image, pts, float(pts * self.TIME_BASE)
+        while True:
+            got = self.receiver.receive(int(WAIT_SLICE_S * 1000))
+            if got is None:
+                if self._interrupted():
+                    return
+                continue
+            if not isinstance(got, PushedFrame):  # EOS
+                logger.info("source %s: the producer ended the stream", self.source_id)
+                return
+            decoded = self._decode(got)
+            if decoded is not None:
+                image, pts = decoded
+                yield image, pts, float(pts * self.TIME_BASE)
+
+    def stats(self) -> dict[str, Any]:
+        return {"rejected": dict(self.receiver.rejected)}
+
+    def close(self) -> None:
+        self.receiver.close()
+
+    def _decode(self, got: PushedFrame) -> tuple[np.ndarray, int] | None:
+        """The frame as BGR and its pts, or None (counted) when it cannot be used."""
+        if self._size is not None and (got.width, got.height) != self._size:
+            self.receiver.reject(
+                "size", f"a {got.width}x{got.height} frame in a {self._size[0]}x{self._size[1]} stream"
+            )
+            return None
+        image: np.ndarray
+        if got.format == "bgr24":
+            image = np.frombuffer(got.data, dtype=np.uint8).reshape(got.height, got.width, 3)
+        else:
+            decoded = cv2.imdecode(np.frombuffer(got.data, dtype=np.uint8), cv2.IMREAD_COLOR)
+            if decoded is None or decoded.shape[:2] != (got.height, got.width):
+                self.receiver.reject("payload", "the JPEG does not decode")
+                return None
+            image = decoded
+        self._size = (got.width, got.height)
+        raw = got.pts if got.pts is not None else int((time.monotonic() - self._started) * 1_000_000)
+        pts = next_pts(raw, self._last_pts, round(1 / (self.FPS * self.TIME_BASE)))
+        self._last_pts = pts
+        return image, pts

@@ -1,0 +1,113 @@
+"""The live-source keys of `sources:` items: defaults that follow the URI, and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import Config, Policy, load_config
+from pipeline.errors import ConfigError
+from pipeline.uris import is_live, redact, source_kind, zmq_endpoint
+
+pytestmark = pytest.mark.timeout(30)
+
+BASE = """
+model: {path: model.onnx, task: face_detection}
+outputs: [{kind: jsonl, path: "out/{source_id}.jsonl"}]
+sources:
+"""
+
+
+def load(source: str) -> Config:
+    return load_config("live.yaml", text=BASE + source)
+
+
+def error_of(source: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(source)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_live_source_drops_by_default_and_a_file_blocks() -> None:
+    config = load(
+        "  - {id: cam, uri: 'rtsp://u:p@10.0.0.5/s1', max_staleness_ms: 300}\n"
+        "  - {id: file, uri: clip.mp4}\n"
+        "  - {id: kept, uri: 'rtsp://h/s', policy: drop_newest}\n"
+        "  - {id: looped, uri: clip.mp4, live: true}\n"
+    )
+    cam, file, kept, looped = config.sources
+    assert (cam.policy, cam.is_live, cam.max_staleness_ms) == (Policy.DROP_OLDEST, True, 300)
+    assert (file.policy, file.is_live) == (Policy.BLOCK, False)
+    assert kept.policy == Policy.DROP_NEWEST
+    assert (looped.policy, looped.is_live) == (Policy.DROP_OLDEST, True)
+    assert (cam.timeout_s, cam.reconnect.initial_s, cam.reconnect.max_s, cam.reconnect.max_attempts) == (
+        5.0, 0.5, 30.0, None,
+    )
+
+
+def test_all_live_keys_load() -> None:
+    (source,) = load(
+        "  - id: cam\n"
+        "    uri: /dev/video0\n"
+        "    camera: {width: 1280, height: 720, fps: 30, input_format: mjpeg}\n"
+        "    timeout_s: 3\n"
+        "    reconnect: {initial_s: 1, max_s: 10, max_attempts: 5}\n"
+        "    ffmpeg_options: {use_libv4l2: '1'}\n"
+    ).sources
+    assert source.camera is not None and source.camera.input_format == "mjpeg"
+    assert source.reconnect.max_attempts == 5 and source.ffmpeg_options == {"use_libv4l2": "1"}
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{id: a, uri: clip.mp4, rtsp_transport: udp}", "sources.0: rtsp_transport: only for rtsp:// sources"),
+        ("{id: a, uri: 'rtsp://h/s', rtsp_transport: quic}", "sources.0.rtsp_transport: Input should be 'tcp' or 'udp'"),
+        ("{id: a, uri: 'rtsp://h/s', camera: {fps: 5}}", "sources.0: camera: only for V4L2 cameras"),
+        ("{id: a, uri: /dev/video0, camera: {width: 640}}", "sources.0.camera: width and height go together"),
+        ("{id: a, uri: 'rtsp://h/s', policy: block, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),
+        ("{id: a, uri: clip.mp4, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),
+        ("{id: a, uri: 'rtsp://h/s', max_staleness_ms: 0}", "sources.0.max_staleness_ms: Input should be greater than 0"),
+        ("{id: a, uri: 'rtsp://h/s', realtime: true}", "realtime: only for files"),
+        ("{id: a, uri: 'rtsp://h/s', reconnect: {initial_s: 9, max_s: 1}}", "sources.0.reconnect: max_s (1.0) must be at least"),
+        ("{id: a, uri: 'rtsp://h/s', reconnect: {tries: 3}}", "sources.0.reconnect.tries: unknown key"),
+        ("{id: a, uri: 'zmq+tcp://127.0.0.1'}", "expected zmq+tcp://host:port or zmq+ipc:///path"),
+    ],
+)
+def test_bad_live_keys_name_the_key(source: str, expected: str) -> None:
+    assert expected in error_of(f"  - {source}\n")
+
+
+def test_errors_never_show_a_password() -> None:
+    message = error_of("  - {id: a, uri: 'rtsp://admin:hunter2@cam/s', camera: {fps: 5}}\n")
+    assert "hunter2" not in message and "rtsp://***@cam/s" in message
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind", "live"),
+    [
+        ("clip.mp4", "file", False),
+        ("file:///data/clip.mp4", "file", False),
+        ("rtsp://cam/s", "stream", True),
+        ("RTMP://host/app/key", "stream", True),
+        ("srt://host:9000", "stream", True),
+        ("https://host/clip.mp4", "stream", False),
+        ("https://host/live/index.m3u8?token=x", "stream", True),
+        ("/dev/video0", "camera", True),
+        ("/dev/v4l/by-id/usb-cam-video-index0", "camera", True),
+        ("zmq+tcp://127.0.0.1:5570", "zmq", True),
+        ("zmq+ipc:///tmp/frames.sock", "zmq", True),
+    ],
+)
+def test_uri_kinds(uri: str, kind: str, live: bool) -> None:
+    assert (source_kind(uri), is_live(uri)) == (kind, live)
+
+
+def test_redact_and_zmq_endpoint() -> None:
+    assert redact("rtsp://user:p@ss/w@rd@10.0.0.5:554/s?x=1") == "rtsp://***@10.0.0.5:554/s?x=1"
+    assert redact("rtsp://10.0.0.5/s") == "rtsp://10.0.0.5/s"
+    assert redact("/dev/video0") == "/dev/video0"
+    assert zmq_endpoint("zmq+ipc:///tmp/x.sock") == "ipc:///tmp/x.sock"
+    with pytest.raises(ValueError):
+        zmq_endpoint("tcp://127.0.0.1:1")
