@@ -246,7 +246,12 @@ def _median_result(label: str, found: Sequence[Mapping[str, Any]]) -> dict[str, 
     rows = []
     for position, row in enumerate(good[0]["rows"]):
         same = [r["rows"][position] for r in good if len(r["rows"]) > position]
-        rows.append(harness.median_of(same) if "skipped" not in row else dict(row))
+        if "skipped" in row:
+            rows.append(dict(row))
+            continue
+        merged_row = harness.median_of(same)
+        merged_row["p50_ms_runs"] = [r["latency_ms"]["p50"] for r in same]  # the spread between runs
+        rows.append(merged_row)
     merged["rows"] = rows
     merged["runs"] = len(good)
     if len(good) < len(found):
