@@ -32,21 +32,39 @@ from bench import harness
 ROOT = harness.ROOT
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     add_config_args(parser)
     parser.add_argument("--video", help="frames to compare on (default: the config's first source)")
     parser.add_argument("--frames", type=int, default=50, help="frames compared (default: %(default)s)")
-    parser.add_argument("--stride", type=int, default=None, help="every N-th frame (default: spread over the video)")
-    parser.add_argument("--variants", help="backend:device:precision list (default: every variant this machine has)")
-    parser.add_argument("--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)")
-    parser.add_argument("--calib-video", help="video to quantise on (default: --video)")
-    parser.add_argument("--calib-frames", type=int, default=128, help="frames to quantise on (default: %(default)s)")
-    parser.add_argument("--iou", type=float, default=0.9, help="IoU at which two faces match (default: %(default)s)")
     parser.add_argument(
-        "--min-agreement", type=float, default=0.95, help="face agreement a variant must reach (default: %(default)s)"
+        "--stride", type=int, default=None, help="every N-th frame (default: spread over the video)"
     )
     parser.add_argument(
-        "--max-matte-mae", type=float, default=0.02, help="matte mean absolute error allowed, 0-1 (default: %(default)s)"
+        "--variants", help="backend:device:precision list (default: every variant this machine has)"
+    )
+    parser.add_argument(
+        "--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)"
+    )
+    parser.add_argument("--calib-video", help="video to quantise on (default: --video)")
+    parser.add_argument(
+        "--calib-frames", type=int, default=128, help="frames to quantise on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--iou", type=float, default=0.9, help="IoU at which two faces match (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.95,
+        help="face agreement a variant must reach (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-matte-mae",
+        type=float,
+        default=0.02,
+        help="matte mean absolute error allowed, 0-1 (default: %(default)s)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
 
@@ -71,9 +89,7 @@ def match_faces(
     """Pairs (reference index, test index, IoU) at IoU >= threshold, each face used once, the best
     overlaps taken first (greedy: what an evaluator of detections does)."""
     candidates = [
-        (iou(r["box"], t["box"]), i, j)
-        for i, r in enumerate(reference)
-        for j, t in enumerate(test)
+        (iou(r["box"], t["box"]), i, j) for i, r in enumerate(reference) for j, t in enumerate(test)
     ]
     candidates = [c for c in candidates if c[0] >= threshold]
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
@@ -124,20 +140,26 @@ class FaceAgreement:
         }
 
 
-def tensor_errors(reference: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def tensor_errors(
+    reference: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray]
+) -> dict[str, dict[str, float]]:
     """Per output: `max_rel` = max|t - r| / max|r| and `mean_rel` = mean|t - r| / mean|r|."""
     out = {}
     for name, ref in reference.items():
         r = np.asarray(ref, dtype=np.float64)
         t = np.asarray(test[name], dtype=np.float64)
         if r.shape != t.shape:
-            raise ValueError(f"output {name!r}: shape {list(t.shape)} against the reference's {list(r.shape)}")
+            raise ValueError(
+                f"output {name!r}: shape {list(t.shape)} against the reference's {list(r.shape)}"
+            )
         diff = np.abs(t - r)
         scale_max = float(np.abs(r).max()) if r.size else 0.0
         scale_mean = float(np.abs(r).mean()) if r.size else 0.0
         out[name] = {
             "max_rel": float(diff.max()) / scale_max if scale_max > 0 else float(diff.max(initial=0.0)),
-            "mean_rel": float(diff.mean()) / scale_mean if scale_mean > 0 else float(diff.mean() if diff.size else 0.0),
+            "mean_rel": float(diff.mean()) / scale_mean
+            if scale_mean > 0
+            else float(diff.mean() if diff.size else 0.0),
             "max_abs": float(diff.max(initial=0.0)),
         }
     return out
@@ -228,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
         harness.stderr(f"bench accuracy: {variant.label}")
         entry: dict[str, Any] = {"variant": variant.label, "reference": False}
         try:
-            engine = vmod.open_variant(config, variant, vmod.model_path(config, variant, int8_model), 1, video, task)
+            engine = vmod.open_variant(
+                config, variant, vmod.model_path(config, variant, int8_model), 1, video, task
+            )
             entry["provider"] = engine.provider
             stats = TensorStats()
             test_results = []
@@ -281,7 +305,8 @@ def _task_summary(reference: Sequence[Any], test: Sequence[Any], threshold: floa
         out["faces"] = faces.summary()
     if any("alpha" in r.arrays for r in reference):
         errors = [
-            float(np.mean(np.abs(r.arrays["alpha"].astype(np.int16) - t.arrays["alpha"].astype(np.int16)))) / 255.0
+            float(np.mean(np.abs(r.arrays["alpha"].astype(np.int16) - t.arrays["alpha"].astype(np.int16))))
+            / 255.0
             for r, t in zip(reference, test)
         ]
         out["matte"] = {"mae": float(np.mean(errors)), "max_frame_mae": float(np.max(errors))}
@@ -299,7 +324,17 @@ def _verdict(entry: Mapping[str, Any], min_agreement: float, max_matte_mae: floa
     return not failures, failures
 
 
-HEADERS = ("variant", "max rel err", "mean rel err", "worst output", "faces ref/test", "agreement", "score diff", "matte MAE", "verdict")
+HEADERS = (
+    "variant",
+    "max rel err",
+    "mean rel err",
+    "worst output",
+    "faces ref/test",
+    "agreement",
+    "score diff",
+    "matte MAE",
+    "verdict",
+)
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -311,7 +346,11 @@ def render(report: Mapping[str, Any]) -> str:
             notes.append(f"{r['variant']}: {r['error']}")
             continue
         faces, matte, tensors = r.get("faces"), r.get("matte"), r.get("tensors", {})
-        verdict = "reference" if r.get("reference") else ("ok" if r["passed"] else "FAIL: " + "; ".join(r["failures"]))
+        verdict = (
+            "reference"
+            if r.get("reference")
+            else ("ok" if r["passed"] else "FAIL: " + "; ".join(r["failures"]))
+        )
         rows.append(
             [
                 r["variant"],

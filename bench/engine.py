@@ -34,28 +34,52 @@ from bench import harness
 ROOT = harness.ROOT
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     add_config_args(parser)
     parser.add_argument("--video", help="frames to run on (default: the config's first source)")
-    parser.add_argument("--frames", type=int, default=16, help="distinct frames cycled through (default: %(default)s)")
+    parser.add_argument(
+        "--frames", type=int, default=16, help="distinct frames cycled through (default: %(default)s)"
+    )
     parser.add_argument("--batches", default="1,2,4,8", help="batch sizes (default: %(default)s)")
     parser.add_argument(
         "--variants", help="backend:device:precision list (default: every variant this machine has)"
     )
-    parser.add_argument("--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)")
-    parser.add_argument("--calib-frames", type=int, default=128, help="frames to quantise on when no --int8-model")
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: engine.threads)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per batch size (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per batch size (default: %(default)s)")
+    parser.add_argument(
+        "--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)"
+    )
+    parser.add_argument(
+        "--calib-frames", type=int, default=128, help="frames to quantise on when no --int8-model"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="intra-op threads (default: engine.threads)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="untimed calls per batch size (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="timed seconds per batch size (default: %(default)s)"
+    )
     parser.add_argument("--min-iterations", type=int, default=20, help="timed calls per batch size, at least")
-    parser.add_argument("--max-iterations", type=int, default=2000, help="timed calls per batch size, at most")
+    parser.add_argument(
+        "--max-iterations", type=int, default=2000, help="timed calls per batch size, at most"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of every variant; medians reported")
-    parser.add_argument("--max-load", type=float, default=None, help="before each run, wait for a load average below this")
-    parser.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for --max-load (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds a variant may take (TensorRT builds)")
+    parser.add_argument(
+        "--max-load", type=float, default=None, help="before each run, wait for a load average below this"
+    )
+    parser.add_argument(
+        "--max-wait", type=float, default=120.0, help="seconds to wait for --max-load (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds a variant may take (TensorRT builds)"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--chart", metavar="PATH", help="write a PNG chart here")
-    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two --json results and exit")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two --json results and exit"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,13 +95,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--frames and --repeat must be at least 1")
     config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
     if args.threads is not None:
-        config = config.model_copy(update={"engine": config.engine.model_copy(update={"threads": args.threads})})
+        config = config.model_copy(
+            update={"engine": config.engine.model_copy(update={"threads": args.threads})}
+        )
     task = build_task(config)
     video = args.video or config.sources[0].uri
     chosen = vmod.parse(args.variants) if args.variants else vmod.available()
     int8_model, quantised = None, None
     if any(v.uses_int8_model for v in chosen):
-        int8_model, quantised = vmod.ensure_int8_model(config, task, args.int8_model, video, args.calib_frames)
+        int8_model, quantised = vmod.ensure_int8_model(
+            config, task, args.int8_model, video, args.calib_frames
+        )
     jobs = [
         {
             "config": config,
@@ -161,7 +189,9 @@ def measure(job: Mapping[str, Any]) -> dict[str, Any]:
         "error": None,
     }
     try:
-        inputs = [feed[task.input_name] for feed in task_feeds(task, video_frames(job["video"], job["frames"]))]
+        inputs = [
+            feed[task.input_name] for feed in task_feeds(task, video_frames(job["video"], job["frames"]))
+        ]
         if not inputs:
             raise ValueError(f"no frames in {job['video']}")
         result["input_shape"] = list(inputs[0].shape)
@@ -196,7 +226,9 @@ def measure(job: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _time_batch(engine: Any, task: Any, stacks: Sequence[Any], batch: int, job: Mapping[str, Any]) -> dict[str, Any]:
+def _time_batch(
+    engine: Any, task: Any, stacks: Sequence[Any], batch: int, job: Mapping[str, Any]
+) -> dict[str, Any]:
     name, outputs = task.input_name, task.output_names
     for i in range(job["warmup"]):
         engine.infer({name: stacks[i % len(stacks)]}, outputs)
@@ -241,7 +273,9 @@ def _median_result(label: str, found: Sequence[Mapping[str, Any]]) -> dict[str, 
     good = [r for r in found if not r.get("error")]
     if not good:
         return dict(found[0]) if found else {"variant": label, "error": "not run", "rows": []}
-    merged = harness.median_of([{k: v for k, v in r.items() if k not in ("rows", "load_before")} for r in good])
+    merged = harness.median_of(
+        [{k: v for k, v in r.items() if k not in ("rows", "load_before")} for r in good]
+    )
     merged["load_before"] = [r.get("load_before") for r in found]  # 1-minute load average before each run
     rows = []
     for position, row in enumerate(good[0]["rows"]):
@@ -262,7 +296,18 @@ def _median_result(label: str, found: Sequence[Mapping[str, Any]]) -> dict[str, 
 # --- output ----------------------------------------------------------------------------------
 
 
-HEADERS = ("variant", "batch", "p50 ms", "p90 ms", "p99 ms", "ms/frame", "frames/s", "start-up s", "peak RSS MiB", "GPU MiB")
+HEADERS = (
+    "variant",
+    "batch",
+    "p50 ms",
+    "p90 ms",
+    "p99 ms",
+    "ms/frame",
+    "frames/s",
+    "start-up s",
+    "peak RSS MiB",
+    "GPU MiB",
+)
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -382,12 +427,23 @@ def compare(old_path: str, new_path: str, json_path: str | None = None) -> int:
             [key[0], key[1], o["latency_ms"]["p50"], n["latency_ms"]["p50"], ratio["latency_p50"],
              ratio["throughput"], ratio["startup"], ratio["peak_rss"]]
         )  # fmt: skip
-    headers = ("variant", "batch", "old p50 ms", "new p50 ms", "p50 new/old", "frames/s new/old", "start-up new/old", "RSS new/old")
+    headers = (
+        "variant",
+        "batch",
+        "old p50 ms",
+        "new p50 ms",
+        "p50 new/old",
+        "frames/s new/old",
+        "start-up new/old",
+        "RSS new/old",
+    )
     harness.say(f"bench engine --compare: {old_path} -> {new_path}\n" + harness.table(headers, rows))
     missing = [k for k in old if k not in new]
     for variant, batch in missing:
         harness.say(f"{variant} batch {batch}: only in {old_path}")
-    harness.write_json(json_path, {"benchmark": "engine-compare", "old": old_path, "new": new_path, "rows": compared})
+    harness.write_json(
+        json_path, {"benchmark": "engine-compare", "old": old_path, "new": new_path, "rows": compared}
+    )
     return 0
 
 

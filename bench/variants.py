@@ -74,9 +74,13 @@ def parse(text: str) -> list[Variant]:
         if precision not in PRECISIONS:
             raise UsageError(f"--variants: {item!r}: precision must be one of {', '.join(PRECISIONS)}")
         if backend == "onnxruntime" and device not in ORT_DEVICES:
-            raise UsageError(f"--variants: {item!r}: ONNX Runtime device must be one of {', '.join(ORT_DEVICES)}")
+            raise UsageError(
+                f"--variants: {item!r}: ONNX Runtime device must be one of {', '.join(ORT_DEVICES)}"
+            )
         if backend == "onnxruntime" and device in ("cpu", "cuda") and precision == "fp16":
-            raise UsageError(f"--variants: {item!r}: ONNX Runtime runs fp16 only through its TensorRT provider")
+            raise UsageError(
+                f"--variants: {item!r}: ONNX Runtime runs fp16 only through its TensorRT provider"
+            )
         if backend == "onnxruntime" and device == "cuda" and precision == "int8":
             raise UsageError(f"--variants: {item!r}: INT8 on ONNX Runtime is the CPU (quantize) or TensorRT")
         if backend == "tensorrt" and device != "gpu":
@@ -108,14 +112,18 @@ def available() -> list[Variant]:
     return out
 
 
-def engine_config(base: EngineConfig, variant: Variant, max_batch: int, calibration_video: str) -> EngineConfig:
+def engine_config(
+    base: EngineConfig, variant: Variant, max_batch: int, calibration_video: str
+) -> EngineConfig:
     """`base` set up for `variant` with an optimisation profile up to `max_batch`."""
     from pipeline.config import EngineConfig
 
     data = base.model_dump()
     data.update(backend=variant.backend, max_batch=max_batch, min_batch=1, opt_batch=None)
     if variant.backend == "onnxruntime":
-        data["providers"] = {"cpu": ["cpu"], "cuda": ["cuda"], "tensorrt": ["tensorrt", "cuda"]}[variant.device]
+        data["providers"] = {"cpu": ["cpu"], "cuda": ["cuda"], "tensorrt": ["tensorrt", "cuda"]}[
+            variant.device
+        ]
     # INT8 on the CPU is in the model file; the engine's precision is TensorRT's.
     data["precision"] = "fp32" if variant.uses_int8_model else variant.precision
     if variant.precision == "int8" and not variant.uses_int8_model and not data["calibration"].get("video"):

@@ -104,7 +104,7 @@ def make_batch_dynamic(model: onnx.ModelProto, inputs: Collection[str]) -> Batch
     """
     graph = model.graph
     by_name = {value.name: value for value in graph.input}
-    dims0 = {}
+    dims0: dict[str, Any] = {}
     for name in inputs:
         value = by_name.get(name)
         if value is None:
@@ -180,7 +180,9 @@ class _Analysis:
         for index, node in enumerate(self.model.graph.node):
             if node.domain not in ("", "ai.onnx"):
                 if any(self._kind(i) is not _Kind.CONST for i in node.input if i):
-                    raise _Refused(f"operator {node.domain}.{node.op_type} ({self._label(node, index)}) is not known")
+                    raise _Refused(
+                        f"operator {node.domain}.{node.op_type} ({self._label(node, index)}) is not known"
+                    )
                 self._set(node, _Kind.CONST)
                 continue
             if node.op_type == "Constant":
@@ -301,9 +303,9 @@ class _Analysis:
             if kinds[0] is not _Kind.BATCH or any(k is not _Kind.CONST for k in present[1:]):
                 raise _Refused(f"{label}: quantisation parameters that depend on the batch")
             scale = self.values.get(node.input[1])
-            if scale is None or scale.size > 1:
-                if self._axis(int(self._attr(node, "axis", 1)), node.input[0], label) == 0:
-                    raise _Refused(f"{label}: quantised per item of the batch")
+            per_axis = scale is None or scale.size > 1
+            if per_axis and self._axis(int(self._attr(node, "axis", 1)), node.input[0], label) == 0:
+                raise _Refused(f"{label}: quantised per item of the batch")
             return _Kind.BATCH
         if op == "Transpose":
             perm = self._attr(node, "perm")

@@ -10,11 +10,11 @@ as `model.path` of any config:
 - the opset is raised to 13 when lower (per-channel QDQ needs `axis` on DequantizeLinear).
 
 What is quantised was chosen by measurement (docs/benchmarks.md, "INT8 on the CPU"): activations
-uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; int8 activations and the QOperator
-format measured slower), weights symmetric and per output channel (more accurate than per tensor at
-the same speed). MLAS's int8 convolutions read their input through a buffer of pointers, one per
+uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; int8 activations measured slower,
+the QOperator format no faster), weights symmetric and per output channel (more accurate than per
+tensor at the same speed). MLAS's int8 convolutions read their input through a buffer of pointers, one per
 output pixel and kernel tap, which costs more than the int8 arithmetic saves when a pixel holds few
-channels: quantising every convolution made YuNet 30% slower than fp32 on the CPU (the first RGB
+channels: quantising every convolution made YuNet 18-54% slower than fp32 on the CPU (the first RGB
 convolution was 2x, the depthwise layers at high resolution 2.5x slower than ONNX Runtime's fp32
 NCHWc kernels), while its 1x1 convolutions of 32-64 channels ran 2.5-3x faster. So `float_convs`
 keeps in fp32 the convolutions with fewer than `min_channels` input channels, and the depthwise

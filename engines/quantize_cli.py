@@ -33,7 +33,9 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         help="calibration video, repeatable: the frames are shared among them (default: the config's "
         "sources); pick videos like the ones the model will see",
     )
-    parser.add_argument("--frames", type=int, default=128, help="calibration frames in all (default: %(default)s)")
+    parser.add_argument(
+        "--frames", type=int, default=128, help="calibration frames in all (default: %(default)s)"
+    )
     parser.add_argument(
         "--stride",
         type=int,
@@ -60,14 +62,18 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
     parser.add_argument(
         "--method", choices=("minmax", "entropy", "percentile"), default="minmax", help="calibration method"
     )
-    parser.add_argument(
-        "--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)"
-    )
+    parser.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from engines.quantize import QuantizeOptions, describe_float_nodes, mixed_frames, quantize_model, task_feeds
+    from engines.quantize import (
+        QuantizeOptions,
+        describe_float_nodes,
+        mixed_frames,
+        quantize_model,
+        task_feeds,
+    )
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import UsageError
     from stages.plan import build_task

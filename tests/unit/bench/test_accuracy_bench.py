@@ -78,7 +78,9 @@ def test_matte_error_and_verdicts() -> None:
     assert _verdict({"faces": {"agreement": 0.9}}, 0.95, 0.05)[0] is False
 
 
-def test_bench_accuracy_end_to_end(tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_accuracy_end_to_end(
+    tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "accuracy.json"
     code = run_pipeline.main(
         ["bench", "accuracy", "-c", str(tiny_job), "--frames", "3", "--calib-frames", "3",
@@ -90,13 +92,17 @@ def test_bench_accuracy_end_to_end(tiny_job: Path, tmp_path: Path, capsys: pytes
     assert labels == ["onnxruntime:cpu:fp32", "onnxruntime:cpu:int8"]
     int8 = data["results"][1]
     assert set(int8["faces"]) >= {"agreement", "matched", "reference_faces", "test_faces", "score_diff_mean"}
-    assert int8["tensors"]["worst_output"] in {f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in (8, 16, 32)}
+    assert int8["tensors"]["worst_output"] in {
+        f"{k}_{s}" for k in ("cls", "obj", "bbox", "kps") for s in (8, 16, 32)
+    }
     assert data["quantised_now"]["frames"] == 3
     assert code == (0 if int8["passed"] else 1)
     assert "onnxruntime:cpu:int8" in capsys.readouterr().out
 
 
-def test_bench_accuracy_fails_below_the_tolerance(tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_accuracy_fails_below_the_tolerance(
+    tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = run_pipeline.main(
         ["bench", "accuracy", "-c", str(tiny_job), "--frames", "2", "--calib-frames", "2",
          "--variants", "onnxruntime:cpu:int8", "--min-agreement", "1.01", "--json", str(tmp_path / "a.json")]

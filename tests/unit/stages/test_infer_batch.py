@@ -52,7 +52,9 @@ class SumEngine(Engine):
         self.calls: list[int] = []
         self.bad_batch = bad_batch
 
-    def infer(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def infer(
+        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         x = feeds["x"]
         self.calls.append(len(x))
         y = x.reshape(len(x), -1).sum(axis=1, keepdims=True)
