@@ -165,6 +165,10 @@ class _Progress:
 
 
 def _run(args: argparse.Namespace, level: int) -> int:
+    from pipeline.forkserver import start_early
+    from stages.preload import PRELOAD
+
+    start_early(PRELOAD)  # the workers' imports run beside ours, not after them
     from pipeline.supervisor import Supervisor
     from stages.plan import build_plan
 

@@ -283,8 +283,10 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
     imports) as a `run_pipeline.py run` does, and compares fairly with the loop, which is a new
     process every time.
     """
+    from pipeline.forkserver import start_early
     from pipeline.supervisor import Supervisor
     from stages.plan import build_plan
+    from stages.preload import PRELOAD
 
     if fresh:
         _stop_fork_server()
@@ -298,10 +300,12 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
         if expected and len(done_times) == max(1, expected // 2):
             sampler.snapshot()
 
-    plan = build_plan(job)
     usage = _Rusage()
     sampler.start()
     started = time.time()
+    # As `run` does: the fork server imports the workers' modules while the plan is built.
+    start_early(PRELOAD)
+    plan = build_plan(job)
     report = Supervisor(plan, progress=progress).run()
     ended = time.time()
     sampler.stop()
@@ -323,15 +327,24 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
         cpu_s_by_process=sampler.by_name(),
         memory=sampler.snapshot_memory or {},
         peak_rss_mib=sampler.peak_rss / harness.MIB,
-        stage_workers={
-            "infer": job.engine.processes_per_device,
-            "preprocess": job.stages.preprocess.workers,
-            "postprocess": job.stages.postprocess.workers,
-            "composite": job.stages.composite.workers,
-            "decode": len(job.sources),
-        },
+        stage_workers=stage_workers(job),
     )
     return stats
+
+
+def stage_workers(job: Any) -> dict[str, int]:
+    """Processes running each stage (fused stages run in every infer process)."""
+    from engines.registry import infer_workers
+
+    infer = infer_workers(job.engine)
+    stages = job.stages
+    return {
+        "infer": infer,
+        "preprocess": infer if stages.fuse else stages.preprocess.workers,
+        "postprocess": infer if stages.fuse else stages.postprocess.workers,
+        "composite": infer if stages.fuse else stages.composite.workers,
+        "decode": len(job.sources),
+    }
 
 
 def _stop_fork_server() -> None:

@@ -281,6 +281,17 @@ class StagesConfig(_Model):
     preprocess: StageConfig = Field(default_factory=StageConfig, description="Preprocess stage.")
     postprocess: StageConfig = Field(default_factory=StageConfig, description="Postprocess stage.")
     composite: StageConfig = Field(default_factory=StageConfig, description="Composite stage.")
+    fuse: bool = Field(
+        default=False,
+        description="Run preprocess, postprocess and composite inside each infer process instead "
+        "of processes of their own (their `workers` are then unused): three hops fewer per frame, "
+        "faster when those stages are light and cores are few (docs/benchmarks.md, Fused stages).",
+    )
+    fuse_outputs: bool = Field(
+        default=False,
+        description="Run every output in one process instead of one process each: fewer hops per "
+        "frame; an output that is slow holds the others up.",
+    )
     on_frame_error: Literal["skip", "fail"] = Field(
         default="skip",
         description="A frame a stage fails on: skip passes it on unprocessed (counted, and the "

@@ -35,3 +35,9 @@ class SourceError(FramewireError, ConnectionError):
 
 class StageError(FramewireError):
     """A stage worker failed in a way that ends the job (a decode or output process died)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: framewire's own errors as they are, others prefixed by their type."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if isinstance(exc, FramewireError) else f"{type(exc).__name__}: {text}"

@@ -50,7 +50,7 @@ class WireError(ValueError):
 
 
 def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> list[Any]:
-    """Header plus inline tensors as frames for `send_multipart(copy=False)`."""
+    """Header plus inline tensors as frames for `send` (or `send_multipart`)."""
     head = dict(header)
     head["v"] = WIRE_VERSION
     buffers: list[Any] = []
@@ -64,6 +64,19 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, np.ndarray] | None =
     else:
         head.pop("tensors", None)
     return [msgpack.packb(head, use_bin_type=True), *buffers]
+
+
+ZERO_COPY_BYTES = 1 << 16
+"""Buffers from this size on are sent without a copy. Below it a copy is cheaper: pyzmq tracks every
+zero-copy frame until ZeroMQ lets go of it, which cost 20 us more per message of a few hundred
+bytes (measured on the 2-core development machine: 50 against 30 us a send and receive)."""
+
+
+def send(sock: Any, parts: Sequence[Any], prefix: Sequence[bytes] = ()) -> None:
+    """Send `encode`'s frames (after `prefix`, e.g. a ROUTER's peer identity), copying them unless
+    one is large."""
+    copy = all(len(part) < ZERO_COPY_BYTES for part in parts[1:])
+    sock.send_multipart([*prefix, *parts], copy=copy)
 
 
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -16,7 +16,6 @@ frame; each output closes that source's files and answers CLOSED.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import shutil
 import signal
@@ -34,6 +33,7 @@ import zmq
 from pipeline import messages as msg
 from pipeline.control import Command, ControlServer
 from pipeline.errors import ConfigError, FramewireError
+from pipeline.forkserver import worker_context
 from pipeline.framepool import FramePool, PoolLayout, pool_name, sweep_orphans
 from pipeline.metrics import Labels, Metrics
 from pipeline.worker import WorkerSpec, source_main, worker_main
@@ -93,6 +93,9 @@ class Plan:
     """First and longest delay before a dead worker is started again; doubles each time."""
     preload: tuple[str, ...] = ()
     """Modules every worker imports, imported once in the fork server that starts them."""
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The stages a fused stage runs in its process (stages.fused): {"infer": ("preprocess",
+    "infer", ...)}; each stamps its own span, and the metrics count each."""
 
 
 @dataclass
@@ -173,23 +176,6 @@ class _Source:
     @property
     def finished(self) -> bool:
         return self.eos_frames is not None and self.eos_queued
-
-
-def worker_context(preload: tuple[str, ...] = ()) -> Any:
-    """How workers start: forked from a fork server, or spawned where there is none.
-
-    The fork server is a fresh process, started once, that imports `preload` and nothing else: it
-    never holds a ZeroMQ or CUDA context, a session or a thread of ours, so a worker forked from it
-    inherits none (the reason workers are not forked from the supervisor), yet starts in
-    milliseconds instead of importing numpy, OpenCV, PyAV and ONNX Runtime again, and shares those
-    pages with its siblings (docs/benchmarks.md, "Memory" and start-up).
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    if preload:
-        context.set_forkserver_preload(list(preload))  # takes effect when the server starts
-    return context
 
 
 class JobFailed(Exception):
@@ -531,10 +517,12 @@ class Supervisor:
             return
         header.pop("type", None)
         header.pop("stage", None)
-        span = (header.get("ts") or {}).get(worker.stage)
-        self.metrics.inc("framewire_frames_total", source=key[0], stage=worker.stage)
-        if span:
-            self.metrics.observe("framewire_stage_latency_seconds", span[1] - span[0], stage=worker.stage)
+        spans = header.get("ts") or {}
+        for stage in self.plan.members.get(worker.stage, (worker.stage,)):
+            self.metrics.inc("framewire_frames_total", source=key[0], stage=stage)
+            span = spans.get(stage)
+            if span:
+                self.metrics.observe("framewire_stage_latency_seconds", span[1] - span[0], stage=stage)
         state.header = header
         state.tensors = dict(tensors)
         state.stage_pos += 1
@@ -713,7 +701,7 @@ class Supervisor:
     def _send(self, worker: _Worker, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
         assert self._sock is not None
         try:
-            self._sock.send_multipart([worker.identity, *msg.encode(header, dict(tensors or {}))], copy=False)
+            msg.send(self._sock, msg.encode(header, dict(tensors or {})), prefix=(worker.identity,))
             return True
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EHOSTUNREACH:  # not connected yet, or gone: its death is handled

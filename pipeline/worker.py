@@ -24,7 +24,7 @@ import numpy as np
 import zmq
 
 from pipeline import messages as msg
-from pipeline.errors import FramewireError
+from pipeline.errors import FramewireError, one_line
 from pipeline.frame import (
     Frame,
     FrameSource,
@@ -81,11 +81,6 @@ def _setup_process(spec: WorkerSpec) -> None:
     )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text if isinstance(exc, FramewireError) else f"{type(exc).__name__}: {text}"
-
-
 def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -100,7 +95,7 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
 
 
 def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarray] | None = None) -> None:
-    sock.send_multipart(msg.encode(header, tensors), copy=False)
+    msg.send(sock, msg.encode(header, tensors))
 
 
 class _ParentWatch:
@@ -136,7 +131,7 @@ def worker_main(spec: WorkerSpec) -> None:
     except BaseException as exc:  # start-up failures stop the worker loudly
         code = getattr(exc, "exit_code", 1)
         log.debug("start-up failed", exc_info=True)
-        _send(sock, {"type": msg.FATAL, "error": _one_line(exc), "exit": code})
+        _send(sock, {"type": msg.FATAL, "error": one_line(exc), "exit": code})
         sock.close(linger=2000)
         ctx.term()
         os._exit(3)
@@ -257,7 +252,7 @@ def _work(
         if len(outs) > 1:
             raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for one")
         out = outs[0] if outs else frame
-        out.timings[spec.stage] = [started, time.time()]
+        out.timings.setdefault(spec.stage, [started, time.time()])  # a fused stage stamps its own
         _reply(sock, out, spec, with_tensors=bool(outs))
     except Exception as exc:
         _failed(sock, ident, exc)
@@ -294,7 +289,7 @@ def _work_batch(
         return
     finished = time.time()
     for out in outs:
-        out.timings[spec.stage] = [started, finished]
+        out.timings.setdefault(spec.stage, [started, finished])
         out.meta["batch"] = len(frames)
         _reply(sock, out, spec, with_tensors=True)
 
@@ -322,9 +317,9 @@ def _reply_stale(sock: zmq.Socket, header: dict[str, Any], spec: WorkerSpec) -> 
 
 
 def _failed(sock: zmq.Socket, ident: dict[str, Any], exc: BaseException) -> None:
-    log.error("%s failed on source %s seq %s: %s", ident["stage"], ident["source"], ident["seq"], _one_line(exc))
+    log.error("%s failed on source %s seq %s: %s", ident["stage"], ident["source"], ident["seq"], one_line(exc))
     log.debug("%s", traceback.format_exc())
-    _send(sock, {"type": msg.FAILED, **ident, "error": _one_line(exc)})
+    _send(sock, {"type": msg.FAILED, **ident, "error": one_line(exc)})
 
 
 # --- the decode worker ---------------------------------------------------------------------------
@@ -352,7 +347,7 @@ def source_main(spec: WorkerSpec) -> None:
     except SourceInterrupted:
         log.info("source %s: stopped before it connected", source_id)
     except BaseException as exc:
-        error = _one_line(exc)
+        error = one_line(exc)
         log.debug("source %s failed", source_id, exc_info=True)
     finally:
         if reader is not None:

@@ -20,7 +20,9 @@ from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
 from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
+from stages.fused import Fused, Outputs
 from stages.live import build_source
+from stages.preload import PRELOAD
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
@@ -37,9 +39,6 @@ def build_composites(config: Config) -> list[Composite]:
     return [resolve_composite(c.kind, c.params, index) for index, c in enumerate(config.composite)]
 
 
-PRELOAD = ("stages.plan", "engines.onnxruntime")
-"""What the workers import, imported once by the fork server that starts them (a GPU backend's
-module is left out: it is imported in the infer worker alone)."""
 
 # Factories: module-level so that spawn can pickle them by reference.
 
@@ -92,6 +91,25 @@ def _postprocess(config: Config) -> Postprocess:
 
 def _composite(config: Config) -> CompositeStage:
     return CompositeStage(build_composites(config))
+
+
+def _fused(config: Config) -> Fused:
+    stages: list[tuple[str, Any]] = [
+        ("preprocess", _preprocess(config)),
+        ("infer", _infer(config)),
+        ("postprocess", _postprocess(config)),
+    ]
+    if config.composite:
+        stages.append(("composite", _composite(config)))
+    return Fused(stages)
+
+
+def output_name(index: int, kind: str) -> str:
+    return f"output{index}.{kind}"
+
+
+def _outputs(config: Config) -> Outputs:
+    return Outputs([(output_name(i, out.kind), _output(config, i)) for i, out in enumerate(config.outputs)])
 
 
 def _output(config: Config, index: int) -> Any:
@@ -147,9 +165,16 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
     ]
     if config.composite:
         middle.append(("composite", config.stages.composite.workers, functools.partial(_composite, config)))
+    members: dict[str, tuple[str, ...]] = {}
+    if config.stages.fuse:
+        members["infer"] = tuple(name for name, _, _ in middle)
+        middle = [("infer", infer_workers(config.engine), functools.partial(_fused, config))]
     outputs = tuple(
-        (f"output{i}.{out.kind}", functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
+        (output_name(i, out.kind), functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
     )
+    if config.stages.fuse_outputs and len(outputs) > 1:
+        members["outputs"] = tuple(name for name, _ in outputs)
+        outputs = (("outputs", functools.partial(_outputs, config)),)
     sources = tuple(source_plan(s) for s in config.sources)
     t = config.transport
     return Plan(
@@ -168,6 +193,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
         preload=PRELOAD,
         http=_http(config),
         make_source=functools.partial(make_source, config),
+        members=members,
     )
 
 

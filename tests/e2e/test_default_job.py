@@ -166,11 +166,15 @@ def test_other_containers_codecs_and_sizes(tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "clip, frames, audio", [("bikes.mp4", 250, False), ("bigbuckbunny.mp4", 132, True)]
+    "clip, frames, audio, layout",
+    [("bikes.mp4", 250, False, "false"), ("bigbuckbunny.mp4", 132, True, "true")],
+    ids=["bikes-split-stages", "bigbuckbunny-fused"],
 )
-def test_shipped_clips(tmp_path: Path, clip: str, frames: int, audio: bool) -> None:
+def test_shipped_clips(tmp_path: Path, clip: str, frames: int, audio: bool, layout: str) -> None:
+    """Every stage in a process of its own (the layout of DESIGN.md), and fused (the default job's)."""
     source = VIDEOS / clip
-    proc = run_cli(*face_job(tmp_path, source))
+    fuse = ["--set", f"stages.fuse={layout}", "--set", f"stages.fuse_outputs={layout}"]
+    proc = run_cli(*face_job(tmp_path, source, *fuse))
     assert proc.returncode == 0, proc.stderr
     video = tmp_path / "clip.mp4"
     assert clips.count_frames(video) == frames

@@ -1,0 +1,154 @@
+"""Fused stages: members run in order on each frame in one process, each stamping its own span; a
+failing member is named; batching runs the members around the batcher frame by frame; and the plan
+wires `stages.fuse` / `stages.fuse_outputs` into fewer processes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.frame import Frame, StageContext
+from stages.fused import Fused, MemberFailed, Outputs
+from stages.plan import build_plan
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Step:
+    """Appends its name to `frame.meta["trail"]`; records its life in `events`."""
+
+    def __init__(self, name: str, events: list[str], fail_on: int | None = None) -> None:
+        self.name, self.events, self.fail_on = name, events, fail_on
+        self.ctx: StageContext | None = None
+
+    def start(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.events.append(f"start {self.name}")
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        if frame.seq == self.fail_on:
+            raise ValueError(f"bad frame {frame.seq}")
+        frame.meta.setdefault("trail", []).append(self.name)
+        yield frame
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        self.events.append(f"flush {self.name} {source_id}")
+        return ()
+
+    def stop(self) -> None:
+        self.events.append(f"stop {self.name}")
+        if self.name == "b":
+            raise RuntimeError("b could not stop")
+
+
+class Batcher(Step):
+    def __init__(self, name: str, events: list[str], max_batch: int) -> None:
+        super().__init__(name, events)
+        self.max_batch, self.max_delay_ms = max_batch, 3.0
+        self.batches: list[int] = []
+
+    def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
+        self.batches.append(len(frames))
+        for frame in frames:
+            frame.meta.setdefault("trail", []).append(f"{self.name}*{len(frames)}")
+        return list(frames)
+
+    def describe(self) -> dict[str, str]:
+        return {"provider": "fake"}
+
+
+def frame(seq: int = 0) -> Frame:
+    return Frame("cam", seq, pts=seq, time_s=0.0, width=4, height=4)
+
+
+def started(stage: Fused | Outputs) -> Fused | Outputs:
+    stage.start(StageContext("infer", 3, logging.getLogger("test"), {"cam": {"width": 4}}))
+    return stage
+
+
+def test_members_run_in_order_and_stamp_their_own_spans() -> None:
+    events: list[str] = []
+    steps = [Step(n, events) for n in ("preprocess", "infer", "postprocess")]
+    fused = started(Fused([(s.name, s) for s in steps]))
+    (out,) = list(fused.process(frame()))
+    assert out.meta["trail"] == ["preprocess", "infer", "postprocess"]
+    assert set(out.timings) == {"preprocess", "infer", "postprocess"}
+    spans = [out.timings[n] for n in ("preprocess", "infer", "postprocess")]
+    assert all(a[0] <= a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    # Each member sees the worker's index (an infer member picks its GPU by it) and the streams.
+    assert all(s.ctx is not None and s.ctx.index == 3 and s.ctx.stage == s.name for s in steps)
+    assert steps[0].ctx is not None and steps[0].ctx.streams == {"cam": {"width": 4}}
+
+
+def test_a_failing_member_is_named() -> None:
+    events: list[str] = []
+    fused = started(Fused([("preprocess", Step("preprocess", events)), ("infer", Step("infer", events, fail_on=2))]))
+    assert list(fused.process(frame(1)))
+    with pytest.raises(MemberFailed, match=r"^infer: ValueError: bad frame 2$"):
+        list(fused.process(frame(2)))
+
+
+def test_flush_and_stop_reach_every_member_stop_in_reverse_even_when_one_fails() -> None:
+    events: list[str] = []
+    fused = started(Fused([(n, Step(n, events)) for n in ("a", "b", "c")]))
+    events.clear()
+    assert list(fused.flush("cam")) == []
+    with pytest.raises(RuntimeError, match="b could not stop"):
+        fused.stop()
+    assert events == ["flush a cam", "flush b cam", "flush c cam", "stop c", "stop b", "stop a"]
+
+
+def test_batching_runs_the_members_around_the_batcher_frame_by_frame() -> None:
+    events: list[str] = []
+    batcher = Batcher("infer", events, max_batch=4)
+    fused = started(Fused([("preprocess", Step("preprocess", events)), ("infer", batcher), ("post", Step("post", events))]))
+    assert (fused.max_batch, fused.max_delay_ms) == (4, 3.0)
+    assert fused.describe() == {"provider": "fake"}
+    outs = fused.process_batch([frame(i) for i in range(3)])
+    assert [f.seq for f in outs] == [0, 1, 2]
+    assert batcher.batches == [3]
+    assert all(f.meta["trail"] == ["preprocess", "infer*3", "post"] for f in outs)
+    assert all(set(f.timings) == {"preprocess", "infer", "post"} for f in outs)
+
+
+def test_without_a_batcher_the_worker_never_batches() -> None:
+    events: list[str] = []
+    fused = Fused([("a", Step("a", events))])
+    assert fused.max_batch == 1
+    with pytest.raises(AssertionError):
+        fused.process_batch([frame()])
+
+
+def test_outputs_each_get_every_frame_and_a_failing_one_is_named() -> None:
+    events: list[str] = []
+    first, second = Step("output0.video_file", events), Step("output1.jsonl", events, fail_on=1)
+    outputs = started(Outputs([(first.name, first), (second.name, second)]))
+    one = frame(0)
+    assert list(outputs.process(one)) == []
+    assert one.meta["trail"] == ["output0.video_file", "output1.jsonl"]
+    with pytest.raises(MemberFailed, match=r"^output1.jsonl: ValueError: bad frame 1$"):
+        list(outputs.process(frame(1)))
+
+
+def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
+    config = ROOT / "configs" / "default.yaml"
+    split = build_plan(load_config(config, ["stages.fuse=false", "stages.fuse_outputs=false"]))
+    assert [name for name, _, _ in split.middle] == ["preprocess", "infer", "postprocess", "composite"]
+    assert [name for name, _ in split.outputs] == ["output0.video_file", "output1.jsonl", "output2.zmq"]
+    assert split.members == {}
+
+    fused = build_plan(load_config(config, ["stages.fuse=true", "stages.fuse_outputs=true"]))
+    assert [(name, workers) for name, workers, _ in fused.middle] == [("infer", 2)]
+    assert [name for name, _ in fused.outputs] == ["outputs"]
+    assert fused.members == {
+        "infer": ("preprocess", "infer", "postprocess", "composite"),
+        "outputs": ("output0.video_file", "output1.jsonl", "output2.zmq"),
+    }
+    stage = fused.middle[0][2]()
+    assert isinstance(stage, Fused) and stage.names == ("preprocess", "infer", "postprocess", "composite")
