@@ -12,7 +12,7 @@ stage read as they do when the stages run apart.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pipeline.errors import FramewireError, one_line
@@ -41,13 +41,17 @@ class _Members:
             # stream info, which the worker loop fills in as STREAM messages arrive.
             stage.start(StageContext(name, ctx.index, ctx.log, ctx.streams))
 
-    def flush(self, source_id: str) -> Iterable[Frame]:
+    def _each(self, call: Callable[[Stage], Iterable[Frame]]) -> None:
+        """`call` on every member in order, whatever it yields consumed; a failure names the member."""
         for name, stage in self.members:
             try:
-                for _ in stage.flush(source_id):
+                for _ in call(stage):
                     pass
             except Exception as exc:
                 raise MemberFailed(f"{name}: {one_line(exc)}") from exc
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        self._each(lambda stage: stage.flush(source_id))
         return ()
 
     def stop(self) -> None:
@@ -131,10 +135,5 @@ class Outputs(_Members):
     """Every output in one process: each frame goes to each output in turn, in order."""
 
     def process(self, frame: Frame) -> Iterable[Frame]:
-        for name, stage in self.members:
-            try:
-                for _ in stage.process(frame):
-                    pass
-            except Exception as exc:
-                raise MemberFailed(f"{name}: {one_line(exc)}") from exc
+        self._each(lambda stage: stage.process(frame))
         return ()
