@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -15,7 +18,11 @@ from tests.e2e.helpers import VIDEOS, face_job, read_jsonl, start_cli
 
 pytestmark = pytest.mark.timeout(120)
 
+# The default job fuses preprocess..composite into the infer workers and both outputs into one process;
+# the split layout runs every stage in processes of its own.
+SPLIT = ("--set", "stages.fuse=false", "--set", "stages.fuse_outputs=false")
 STAGES = ["decode[0]", "preprocess[0]", "infer[0]", "infer[1]", "postprocess[0]", "composite[0]", "output[0]", "output[1]"]
+FUSED_STAGES = ["decode[0]", "infer[0]", "infer[1]", "output[0]"]  # output[0] runs every output
 
 
 def workers(proc: psutil.Process) -> dict[str, int]:
@@ -40,20 +47,40 @@ def wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyp
     raise AssertionError("timed out waiting")
 
 
-def realtime_job(tmp_path: Path, frames: int) -> list[str]:
+def realtime_job(tmp_path: Path, frames: int, *extra: str) -> list[str]:
     # Paced at 25 fps, so the job is still running when the test acts on it.
     return face_job(tmp_path, VIDEOS / "bikes.mp4", "--set", "sources.0.realtime=true",
-                    "--set", f"sources.0.max_frames={frames}")  # fmt: skip
+                    "--set", f"sources.0.max_frames={frames}", *extra)  # fmt: skip
 
 
-@pytest.mark.parametrize("victim", ["preprocess[0]", "infer[0]", "postprocess[0]", "composite[0]"])
-def test_sigkill_of_a_worker_mid_job_loses_no_frame(tmp_path: Path, victim: str) -> None:
-    proc = start_cli(*realtime_job(tmp_path, 150))
-    daemon = psutil.Process(proc.pid)
-    wait_for(lambda: all(s in workers(daemon) for s in STAGES))
-    time.sleep(1.5)  # about 35 frames in
-    os.kill(workers(daemon)[victim], signal.SIGKILL)
-    out, err = proc.communicate(timeout=60)
+@contextlib.contextmanager
+def daemon_of(args: list[str]) -> Iterator[tuple[subprocess.Popen[str], psutil.Process]]:
+    """The CLI started on `args`; killed with its whole session if the test fails before it ends."""
+    proc = start_cli(*args)
+    try:
+        yield proc, psutil.Process(proc.pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+@pytest.mark.parametrize(
+    ("victim", "layout", "stages"),
+    [
+        *((victim, SPLIT, STAGES) for victim in ["preprocess[0]", "infer[0]", "postprocess[0]", "composite[0]"]),
+        ("infer[0]", (), FUSED_STAGES),  # an output is not restarted: its file would be cut (exit 1)
+    ],
+    ids=["preprocess", "infer", "postprocess", "composite", "fused-infer"],
+)
+def test_sigkill_of_a_worker_mid_job_loses_no_frame(
+    tmp_path: Path, victim: str, layout: tuple[str, ...], stages: list[str]
+) -> None:
+    with daemon_of(realtime_job(tmp_path, 150, *layout)) as (proc, daemon):
+        wait_for(lambda: all(s in workers(daemon) for s in stages))
+        time.sleep(1.5)  # about 35 frames in
+        os.kill(workers(daemon)[victim], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "restarting it" in err and "1 worker restart(s)" in err
     records = read_jsonl(tmp_path / "clip.jsonl")
@@ -63,16 +90,15 @@ def test_sigkill_of_a_worker_mid_job_loses_no_frame(tmp_path: Path, victim: str)
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_reading_drains_and_closes_outputs(tmp_path: Path, sig: signal.Signals) -> None:
-    proc = start_cli(*realtime_job(tmp_path, 250))
-    daemon = psutil.Process(proc.pid)
-    wait_for(lambda: all(s in workers(daemon) for s in STAGES))
-    time.sleep(1.5)
-    started = time.monotonic()
-    if sig == signal.SIGINT:
-        os.killpg(proc.pid, sig)  # Ctrl-C reaches the whole process group
-    else:
-        proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    with daemon_of(realtime_job(tmp_path, 250)) as (proc, daemon):
+        wait_for(lambda: all(s in workers(daemon) for s in FUSED_STAGES))
+        time.sleep(1.5)
+        started = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # Ctrl-C reaches the whole process group
+        else:
+            proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
     assert time.monotonic() - started < 5
     assert proc.returncode == 0, err
     assert "stopped early" in err
@@ -84,13 +110,15 @@ def test_signal_stops_reading_drains_and_closes_outputs(tmp_path: Path, sig: sig
                    if p.pid in workers(daemon).values()) if daemon.is_running() else True  # fmt: skip
 
 
-def test_worker_processes_are_named_and_exit_with_the_daemon(tmp_path: Path) -> None:
-    proc = start_cli(*realtime_job(tmp_path, 250))
-    daemon = psutil.Process(proc.pid)
-    wait_for(lambda: all(s in workers(daemon) for s in STAGES))
-    pids = list(workers(daemon).values())
-    assert set(workers(daemon)) == set(STAGES)
-    os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies without any cleanup
-    proc.communicate(timeout=30)
+@pytest.mark.parametrize(("layout", "stages"), [(SPLIT, STAGES), ((), FUSED_STAGES)], ids=["split", "fused"])
+def test_worker_processes_are_named_and_exit_with_the_daemon(
+    tmp_path: Path, layout: tuple[str, ...], stages: list[str]
+) -> None:
+    with daemon_of(realtime_job(tmp_path, 250, *layout)) as (proc, daemon):
+        wait_for(lambda: all(s in workers(daemon) for s in stages))
+        pids = list(workers(daemon).values())
+        assert set(workers(daemon)) == set(stages)
+        os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies without any cleanup
+        proc.communicate(timeout=30)
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                              for p in pids), timeout=10)  # fmt: skip
