@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "engine": ("bench.engine", "each backend, precision and batch size: latency, throughput, memory"),
     "accuracy": ("bench.accuracy", "each backend and precision against ONNX Runtime fp32 on the CPU"),
     "soak": ("bench.soak", "hours in minutes: add/remove cycles and a real-time run; memory and fds"),
+    "latency": ("bench.latency", "a live RTSP source faster than the model: latency, drops, per policy"),
 }
 
 

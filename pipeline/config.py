@@ -98,6 +98,14 @@ class SourceConfig(_Model):
         description="Drop (and count, reason stale) a frame that reaches inference this long after "
         "it was read; needs a drop policy.",
     )
+    latency_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="The end-to-end latency (end of decode to the outputs) this source should stay "
+        "under: each frame over it is counted (`framewire_latency_over_budget_total`) and logged. "
+        "It is a check, not a control: `max_staleness_ms` (below the budget by about one inference "
+        "and the later stages) is what keeps frames young.",
+    )
     timeout_s: float = Field(
         default=5.0,
         gt=0,
@@ -153,6 +161,15 @@ class SourceConfig(_Model):
         if self.max_staleness_ms is not None and self.policy == Policy.BLOCK:
             raise ValueError(
                 "max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)"
+            )
+        if (
+            self.max_staleness_ms is not None
+            and self.latency_budget_ms is not None
+            and self.max_staleness_ms >= self.latency_budget_ms
+        ):
+            raise ValueError(
+                f"max_staleness_ms ({self.max_staleness_ms:g}) must be below latency_budget_ms "
+                f"({self.latency_budget_ms:g}): a frame as old as that is already over the budget"
             )
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)

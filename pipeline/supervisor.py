@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 TICK_MS = 50
 RESTART_WINDOW_S = 60.0
+OVER_BUDGET_LOG_S = 10.0
+"""A source over its latency budget is logged at once, then at most this often (with the count)."""
 
 Key = tuple[str, int]
 
@@ -117,6 +119,8 @@ class Report:
     """Seconds live sources spent reconnecting, in gaps that ended."""
     rejected: dict[str, dict[str, int]] = field(default_factory=dict)
     """Bad messages a ZeroMQ source dropped, by reason."""
+    over_budget: dict[str, int] = field(default_factory=dict)
+    """Frames output later than their source's latency_budget_ms (sources with a budget only)."""
     elapsed_s: float = 0.0
     stopped: bool = False
 
@@ -172,6 +176,9 @@ class _Source:
     online: bool = True
     corrupt: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    over_budget: int = 0
+    over_budget_logged: tuple[float, int] | None = None
+    """When the last over-budget warning went out (monotonic) and the count it gave."""
 
     @property
     def finished(self) -> bool:
@@ -639,13 +646,31 @@ class Supervisor:
         self.metrics.inc("framewire_frames_total", source=key[0], stage="output")
         decode = (state.header.get("ts") or {}).get("decode")
         if decode:
-            self.metrics.observe("framewire_end_to_end_latency_seconds", time.time() - decode[0], source=key[0])
+            latency = time.time() - decode[0]
+            self.metrics.observe("framewire_end_to_end_latency_seconds", latency, source=key[0])
+            budget = source.plan.options.get("latency_budget_ms")
+            if budget and latency * 1000.0 > budget:
+                self._over_budget(source, key[1], latency * 1000.0, float(budget))
         slot = int(state.header.get("slot", -1))
         if source.worker is not None and not source.worker.finished and slot >= 0:
             self._send(source.worker, {"type": msg.GRANT, "slots": [slot]})
         self._done_total += 1
         if self.progress is not None:
             self.progress(self._done_total, self._expected_total())
+
+    def _over_budget(self, source: _Source, seq: int, latency_ms: float, budget_ms: float) -> None:
+        """Count a frame output after its source's latency budget; warn now and then, not per frame."""
+        source.over_budget += 1
+        now = time.monotonic()
+        last = source.over_budget_logged
+        if last is None or now - last[0] >= OVER_BUDGET_LOG_S:
+            since = source.over_budget - (last[1] if last else 0)
+            log.warning(
+                "source %s: seq %d took %.0f ms end to end, over its latency budget of %g ms "
+                "(%d frame(s) over since the last warning, %d in all)",
+                source.plan.source_id, seq, latency_ms, budget_ms, since, source.over_budget,
+            )
+            source.over_budget_logged = (now, source.over_budget)
 
     def _expected_total(self) -> int | None:
         total = sum(self._report.frames.values())  # sources already retired
@@ -874,6 +899,7 @@ class Supervisor:
             "frames": source.done_frames,
             "dropped": source.dropped,
             "stale": source.stale,
+            "over_budget": source.over_budget,
             "failed": source.failed,
             "reconnects": source.reconnects,
             "offline_s": round(source.offline_s, 3),
@@ -900,6 +926,7 @@ class Supervisor:
         online: dict[Labels, float] = {}
         corrupt: dict[Labels, float] = {}
         rejected: dict[Labels, float] = {}
+        over: dict[Labels, float] = {}
         for sid, source in self._sources.items():
             key = (("source", sid),)
             if source.pool is not None:
@@ -912,6 +939,8 @@ class Supervisor:
             offline[key] = float(source.offline_s)
             online[key] = 1.0 if source.online and not source.finished else 0.0
             corrupt[key] = float(source.corrupt)
+            if source.plan.options.get("latency_budget_ms"):
+                over[key] = float(source.over_budget)
             for reason, count in source.rejected.items():
                 rejected[(("reason", reason), ("source", sid))] = float(count)
         m.replace("framewire_pool_slots", slots)
@@ -923,6 +952,7 @@ class Supervisor:
         m.replace("framewire_source_online", online)
         m.replace("framewire_corrupt_frames_total", corrupt)
         m.replace("framewire_rejected_messages_total", rejected)
+        m.replace("framewire_latency_over_budget_total", over)
         ready: dict[Labels, float] = {
             (("stage", n),): float(sum(1 for w in ws if w.ready)) for n, ws in self._by_stage.items()
         }
@@ -985,6 +1015,8 @@ class Supervisor:
         report.offline_s[sid] = round(source.offline_s, 3)
         if source.rejected:
             report.rejected[sid] = dict(source.rejected)
+        if source.plan.options.get("latency_budget_ms"):
+            report.over_budget[sid] = source.over_budget
         if source.error:
             report.source_errors[sid] = source.error
 
@@ -1066,6 +1098,7 @@ def _declare_metrics(metrics: Metrics) -> Metrics:
         ("framewire_fps", "gauge", "Frames per second over the last second, per source and stage."),
         ("framewire_stage_latency_seconds", "histogram", "Time a frame spends in a stage's process."),
         ("framewire_end_to_end_latency_seconds", "histogram", "From the start of decode to the outputs."),
+        ("framewire_latency_over_budget_total", "counter", "Frames output later than their latency_budget_ms."),
         ("framewire_queue_depth", "gauge", "Frames waiting in the hub for a worker of the stage."),
         ("framewire_frames_in_flight", "gauge", "Frames held by the workers of a stage."),
         ("framewire_pool_slots", "gauge", "Frame-pool slots of a source."),

@@ -213,6 +213,7 @@ def source_plan(source: SourceConfig) -> SourcePlan:
             "realtime": source.realtime,
             "max_frames": source.max_frames,
             "max_staleness_ms": source.max_staleness_ms,
+            "latency_budget_ms": source.latency_budget_ms,
         },
     )
 

@@ -2,7 +2,8 @@
 
 FFmpeg's RTSP muxer only pushes to a server (its `listen` flag is for input), and no RTSP server
 comes from PyPI, so the tests serve their own: `python -m tests.rtsp_server --port P` encodes a
-small clip with libx264 and serves it at `rtsp://127.0.0.1:P/live`, looping, paced at real time
+small clip with libx264 (or, with `--clip FILE`, the frames of a real video at its own size and
+rate) and serves it at `rtsp://127.0.0.1:P/live`, looping, paced at real time
 (`ffmpeg -re` semantics), to every client that asks (OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN;
 anything else, such as a GET_PARAMETER keep-alive, gets a plain 200). Each client's session starts at
 the clip's first frame, as a camera's stream starts at a key frame. Killing the process drops every
@@ -18,11 +19,12 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
+from typing import Any
 
 import av
+import numpy as np
 
 MTU_PAYLOAD = 1400
 CLOCK = 90000
@@ -32,6 +34,23 @@ def encode_clip(width: int, height: int, frames: int, fps: int) -> list[bytes]:
     """The clip as H.264 Annex B access units, one per frame, each key frame with SPS and PPS."""
     from tests.clips import draw_frame
 
+    return encode_frames((draw_frame(i, width, height) for i in range(frames)), width, height, fps)
+
+
+def read_video(path: str) -> tuple[list[np.ndarray], int]:
+    """Every frame of a video file (BGR) and its frame rate, rounded to a whole number."""
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        rate = stream.average_rate or stream.guessed_rate or 25
+        images = [frame.to_ndarray(format="bgr24") for frame in container.decode(stream)]
+    if not images:
+        raise ValueError(f"{path}: no video frames")
+    return images, max(1, round(float(rate)))
+
+
+def encode_frames(images: Iterable[np.ndarray], width: int, height: int, fps: int) -> list[bytes]:
+    """BGR frames as H.264 Annex B access units (a camera's settings: no B-frames, one key frame a
+    second, SPS and PPS before each), one per frame."""
     codec = av.CodecContext.create("libx264", "w")
     codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
     codec.time_base = Fraction(1, fps)
@@ -39,8 +58,8 @@ def encode_clip(width: int, height: int, frames: int, fps: int) -> list[bytes]:
     codec.gop_size = fps
     codec.options = {"preset": "ultrafast", "tune": "zerolatency", "x264-params": "repeat-headers=1"}
     units: list[bytes] = []
-    for index in range(frames):
-        frame = av.VideoFrame.from_ndarray(draw_frame(index, width, height), format="bgr24")
+    for index, image in enumerate(images):
+        frame = av.VideoFrame.from_ndarray(image, format="bgr24")
         frame = frame.reformat(format="yuv420p")
         frame.pts = index
         units.extend(bytes(p) for p in codec.encode(frame))
@@ -74,9 +93,14 @@ def rtp_payloads(access_unit: bytes) -> Iterator[bytes]:
 
 
 class Clip:
-    def __init__(self, width: int, height: int, frames: int, fps: int) -> None:
+    def __init__(self, width: int, height: int, frames: int, fps: int, path: str | None = None) -> None:
+        if path is not None:
+            images, fps = read_video(path)
+            height, width = images[0].shape[:2]
+            self.units = encode_frames(images, width, height, fps)
+        else:
+            self.units = encode_clip(width, height, frames, fps)
         self.fps = fps
-        self.units = encode_clip(width, height, frames, fps)
         first = nal_units(self.units[0])
         sps = next(n for n in first if n[0] & 0x1F == 7)
         pps = next(n for n in first if n[0] & 0x1F == 8)
@@ -230,16 +254,20 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=120)
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--fps", type=int, default=25)
+    parser.add_argument("--clip", help="serve this video's frames (its size and rate) instead, looped")
     args = parser.parse_args()
-    serve(args.port, Clip(args.width, args.height, args.frames, args.fps))
+    serve(args.port, Clip(args.width, args.height, args.frames, args.fps, args.clip))
 
 
 if __name__ == "__main__":
     main()
 
 
-def spawn(port: int, *, width: int = 160, height: int = 120, frames: int = 50, fps: int = 25) -> Any:
-    """Start the server in a child process (`python -m tests.rtsp_server`); returns once it listens."""
+def spawn(
+    port: int, *, width: int = 160, height: int = 120, frames: int = 50, fps: int = 25, clip: str | None = None
+) -> Any:
+    """Start the server in a child process (`python -m tests.rtsp_server`); returns once it listens.
+    With `clip`, it serves that video's frames (re-encoded, looped) instead of a drawn clip."""
     import os
     import subprocess
     import sys
@@ -249,7 +277,8 @@ def spawn(port: int, *, width: int = 160, height: int = 120, frames: int = 50, f
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.rtsp_server", "--port", str(port), "--width", str(width),
-         "--height", str(height), "--frames", str(frames), "--fps", str(fps)],
+         "--height", str(height), "--frames", str(frames), "--fps", str(fps),
+         *(["--clip", clip] if clip else [])],
         cwd=root, env=env, stdout=subprocess.PIPE, text=True,
     )
     assert process.stdout is not None

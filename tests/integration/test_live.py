@@ -296,6 +296,18 @@ def test_stale_frames_are_dropped_before_inference(tmp_path: Path) -> None:
     assert (tmp_path / "live.closed").exists()
 
 
+@pytest.mark.parametrize(("budget_ms", "all_over"), [(1.0, True), (60_000.0, False)])
+def test_frames_over_the_latency_budget_are_counted(tmp_path: Path, budget_ms: float, all_over: bool) -> None:
+    # Inference alone takes 40 ms: a 1 ms budget is missed by every frame, a minute by none.
+    options = {"policy": "drop_oldest", "max_staleness_ms": 0.5 * budget_ms, "latency_budget_ms": budget_ms}
+    report = Supervisor(_policy_plan(tmp_path, options, infer_s=0.04, slots=4)).run()
+    assert report.exit_code == 0, report.error
+    recs = records(tmp_path, "live")
+    assert report.over_budget["live"] == (len(recs) if all_over else 0)
+    if all_over:  # a budget of 1 ms with 0.5 ms of staleness: whatever reached inference is over
+        assert len(recs) + report.dropped["live"] == N_FRAMES
+
+
 def test_a_stop_reaches_a_live_source_still_trying_to_connect(tmp_path: Path) -> None:
     out = tmp_path / "out"
     waiting = SourceConfig(

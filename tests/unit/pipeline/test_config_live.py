@@ -59,6 +59,15 @@ def test_all_live_keys_load() -> None:
     assert source.reconnect.max_attempts == 5 and source.ffmpeg_options == {"use_libv4l2": "1"}
 
 
+def test_a_latency_budget_goes_with_any_policy() -> None:
+    cam, file = load(
+        "  - {id: cam, uri: 'rtsp://h/s', max_staleness_ms: 400, latency_budget_ms: 2000}\n"
+        "  - {id: file, uri: clip.mp4, latency_budget_ms: 2000}\n"  # block: counted, never dropped
+    ).sources
+    assert (cam.max_staleness_ms, cam.latency_budget_ms) == (400, 2000)
+    assert (file.policy, file.latency_budget_ms) == (Policy.BLOCK, 2000)
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
@@ -70,6 +79,9 @@ def test_all_live_keys_load() -> None:
         ("{id: a, uri: clip.mp4, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),
         ("{id: a, uri: 'rtsp://h/s', max_staleness_ms: 0}", "sources.0.max_staleness_ms: Input should be greater than 0"),
         ("{id: a, uri: 'rtsp://h/s', realtime: true}", "realtime: only for files"),
+        ("{id: a, uri: 'rtsp://h/s', max_staleness_ms: 500, latency_budget_ms: 500}",
+         "sources.0: max_staleness_ms (500) must be below latency_budget_ms (500)"),
+        ("{id: a, uri: 'rtsp://h/s', latency_budget_ms: -1}", "sources.0.latency_budget_ms: Input should be greater than 0"),
         ("{id: a, uri: 'rtsp://h/s', reconnect: {initial_s: 9, max_s: 1}}", "sources.0.reconnect: max_s (1.0) must be at least"),
         ("{id: a, uri: 'rtsp://h/s', reconnect: {tries: 3}}", "sources.0.reconnect.tries: unknown key"),
         ("{id: a, uri: 'zmq+tcp://127.0.0.1'}", "expected zmq+tcp://host:port or zmq+ipc:///path"),
