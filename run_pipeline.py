@@ -205,12 +205,12 @@ def _subscribe(args: argparse.Namespace) -> int:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.SUB if args.mode == "sub" else zmq.PULL)
     sock.setsockopt(zmq.RECONNECT_IVL, 20)  # started before the daemon: catch its first frames
+    if args.server_key:  # before connect: a connection takes the mechanism it starts with
+        _curve_client(sock, args.server_key, args.client_key)
     try:
         sock.connect(args.endpoint)
     except zmq.ZMQError as exc:
         raise UsageError(f"--endpoint {args.endpoint}: {exc}") from None
-    if args.server_key:
-        _curve_client(sock, args.server_key, args.client_key)
     if args.mode == "sub":
         sock.setsockopt_string(zmq.SUBSCRIBE, args.topic)
     if args.save_images:
@@ -250,24 +250,13 @@ def _subscribe(args: argparse.Namespace) -> int:
 
 
 def _curve_client(sock, server_key: str, client_key: str | None) -> None:  # type: ignore[no-untyped-def]
-    import zmq
-    import zmq.auth
-
-    from pipeline.errors import UsageError
+    from pipeline.curve import connect_as_client
+    from pipeline.errors import FramewireError, UsageError
 
     try:
-        server_public, _ = zmq.auth.load_certificate(server_key)
-        if client_key:
-            public, secret = zmq.auth.load_certificate(client_key)
-            if secret is None:
-                raise ValueError("it holds no secret key (use the .key_secret file)")
-        else:
-            public, secret = zmq.curve_keypair()
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"curve key: {exc}") from None
-    sock.curve_serverkey = server_public
-    sock.curve_publickey = public
-    sock.curve_secretkey = secret
+        connect_as_client(sock, server_key, client_key, "curve key")
+    except FramewireError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -124,6 +124,16 @@ class SourceConfig(_Model):
     max_frames: int | None = Field(
         default=None, ge=1, description="Stop after this many frames (a shorter job on a long file)."
     )
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="ZeroMQ sources: this source's secret certificate (`keys` makes one); producers "
+        "must then connect with CurveZMQ and the matching public key.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="ZeroMQ sources with curve_secret_key: a folder of producer public certificates; "
+        "only those may connect (without it, any producer that knows the public key may).",
+    )
 
     @field_validator("id")
     @classmethod
@@ -154,6 +164,10 @@ class SourceConfig(_Model):
             raise ValueError(
                 "max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)"
             )
+        if kind != "zmq" and (self.curve_secret_key or self.curve_clients):
+            raise ValueError(f"curve_secret_key: only for ZeroMQ sources, not {kind} {uris.redact(self.uri)}")
+        if self.curve_clients and not self.curve_secret_key:
+            raise ValueError("curve_clients: needs curve_secret_key (the source's own certificate)")
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
