@@ -5,6 +5,7 @@
     python run_pipeline.py run -c FILE [--set key.path=value ...]
     python run_pipeline.py validate -c FILE
     python run_pipeline.py subscribe --endpoint tcp://127.0.0.1:5560
+    python run_pipeline.py worker -c FILE --stage infer --connect tcp://HOST:5570  # on another host
 
 Exit codes: 0 done, 1 runtime failure, 2 bad config or usage.
 """
@@ -29,7 +30,7 @@ log = logging.getLogger("framewire")
 # Further commands live beside the code they drive. Each module has
 # `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
 # with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
-COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli")
+COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli", "stages.worker_cli")
 
 
 def _parser() -> argparse.ArgumentParser:

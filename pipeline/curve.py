@@ -9,7 +9,6 @@ secret one. Certificates are read once, when the socket is set up.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import zmq
@@ -17,9 +16,6 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
 from pipeline.errors import FramewireError
-
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-
 
 def load_secret(path: str, what: str) -> tuple[bytes, bytes]:
     """(public, secret) from a secret certificate; FramewireError naming `what` if it is not one."""
@@ -70,22 +66,3 @@ def connect_as_client(sock: zmq.Socket, server_key: str, client_key: str | None,
     sock.curve_serverkey = server_public
     sock.curve_publickey = public
     sock.curve_secretkey = secret
-
-
-def tcp_host(endpoint: str) -> str | None:
-    """The host of a tcp:// endpoint (`tcp://HOST:PORT`), or None for another transport."""
-    if not endpoint.startswith("tcp://"):
-        return None
-    rest = endpoint[len("tcp://") :]
-    host, _, _ = rest.rpartition(":")
-    return host
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind host only reaches this machine (so plain text is no worse than ipc://)."""
-    if host in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -24,6 +24,7 @@ import numpy as np
 import zmq
 
 from pipeline import messages as msg
+from pipeline import remote
 from pipeline.errors import FramewireError
 from pipeline.frame import (
     Frame,
@@ -56,9 +57,14 @@ class WorkerSpec:
     source_options: dict[str, Any] = field(default_factory=dict)
     label: str | None = None
     supervisor_pid: int = field(default_factory=os.getpid)
+    remote: remote.RemoteLink | None = None
+    """Set for a worker on another host (the `worker` command): it connects over tcp://, takes its
+    frames inline instead of from the pool, and pings the hub (pipeline.remote)."""
 
     @property
     def identity(self) -> bytes:
+        if self.remote is not None:
+            return self.remote.identity or remote.worker_identity(self.stage, self.index)
         return f"{self.stage}.{self.index}.{self.generation}".encode()
 
     @property
@@ -95,7 +101,11 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
     # worker must not queue without end.
     sock.setsockopt(zmq.SNDHWM, 10000)
     sock.setsockopt(zmq.RCVHWM, 10000)
-    sock.connect(spec.endpoint)
+    if spec.remote is not None:
+        link = spec.remote
+        remote.connect_worker(ctx, sock, spec.endpoint, remote.RemoteLink(spec.identity, link.server_key, link.client_key))
+    else:
+        sock.connect(spec.endpoint)
     return ctx, sock
 
 
@@ -112,6 +122,9 @@ class _ParentWatch:
 
     def __init__(self, supervisor_pid: int | None = None) -> None:
         self.pid = supervisor_pid or os.getppid()
+
+    stopping = False
+    """Set by a remote worker's SIGTERM: it leaves at the next message."""
 
     def gone(self) -> bool:
         # A killed supervisor stays a zombie until its own parent reaps it: that counts as gone.
@@ -136,6 +149,8 @@ def worker_main(spec: WorkerSpec) -> None:
     except BaseException as exc:  # start-up failures stop the worker loudly
         code = getattr(exc, "exit_code", 1)
         log.debug("start-up failed", exc_info=True)
+        if spec.remote is not None:  # nobody else sees this host's log
+            log.error("%s worker cannot start: %s", spec.stage, _one_line(exc))
         _send(sock, {"type": msg.FATAL, "error": _one_line(exc), "exit": code})
         sock.close(linger=2000)
         ctx.term()
@@ -144,17 +159,66 @@ def worker_main(spec: WorkerSpec) -> None:
     describe = getattr(stage, "describe", None)
     if callable(describe):  # e.g. the execution provider an infer worker ended up with
         ready.update(describe())
+    # The slot regions the stage touches: the hub sends a remote worker these with each frame.
+    ready["reads"], ready["writes"] = list(_regions(stage, "reads")), list(_regions(stage, "writes"))
+    watch: _ParentWatch
+    if spec.remote is not None:
+        ready["inline"] = True
+        watch = _HubLink(sock, ready, spec.supervisor_pid)
+    else:
+        watch = _ParentWatch(spec.supervisor_pid)
     _send(sock, ready)
-    watch = _ParentWatch(spec.supervisor_pid)
     try:
         _serve(sock, stage, pools, context.streams, watch, spec)
     finally:
         try:
             stage.stop()
         finally:
+            if spec.remote is not None and watch.stopping:
+                _send(sock, {"type": msg.BYE})
             pools.close()
             sock.close(linger=2000)
             ctx.term()
+
+
+def _regions(stage: Any, which: str) -> tuple[str, ...]:
+    return tuple(str(name) for name in getattr(stage, which, ()) or ())
+
+
+class _HubLink(_ParentWatch):
+    """A remote worker's view of the hub: pings it while idle, registers again (READY) when the hub
+    does not know it (restarted, or it declared this worker lost), and leaves on SIGTERM."""
+
+    def __init__(self, sock: zmq.Socket, ready: dict[str, Any], parent_pid: int) -> None:
+        super().__init__(parent_pid)
+        self.sock = sock
+        self.ready = ready
+        self.pinged = time.monotonic()
+        self.heard = time.monotonic()
+        self.silent_logged = False
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def gone(self) -> bool:
+        now = time.monotonic()
+        if now - self.pinged >= remote.PING_INTERVAL_S:
+            self.pinged = now
+            _send(self.sock, {"type": msg.PING})
+        if now - self.heard > remote.HUB_SILENT_S and not self.silent_logged:
+            self.silent_logged = True
+            log.warning("the hub has not answered for %.0f s; waiting for it (reconnecting)", now - self.heard)
+        return self.stopping or super().gone()
+
+    def hear(self, header: dict[str, Any]) -> None:
+        self.heard = time.monotonic()
+        if self.silent_logged:
+            self.silent_logged = False
+            log.warning("the hub answers again")
+        if header["type"] == msg.PONG and header.get("known") is False:
+            log.warning("the hub does not know this worker (it restarted?): registering again")
+            _send(self.sock, self.ready)
 
 
 def _serve(
@@ -168,7 +232,10 @@ def _serve(
     batch_limit = int(getattr(stage, "max_batch", 1) or 1) if hasattr(stage, "process_batch") else 1
     delay_s = float(getattr(stage, "max_delay_ms", 0.0) or 0.0) / 1000.0
     backlog: deque[tuple[dict[str, Any], dict[str, np.ndarray]]] = deque()
+    link = watch if isinstance(watch, _HubLink) else None
     while True:
+        if watch.stopping:
+            return
         if backlog:
             header, tensors = backlog.popleft()
         else:
@@ -182,6 +249,8 @@ def _serve(
                 continue
             header, tensors = received
         kind = header["type"]
+        if link is not None:
+            link.hear(header)
         if kind == msg.WORK and batch_limit > 1:
             batch = [(header, tensors)]
             _collect(sock, batch, backlog, batch_limit, delay_s)
@@ -199,6 +268,9 @@ def _serve(
                 pass
             _send(sock, {"type": msg.CLOSED, "source": source})
         elif kind == msg.STOP:
+            if header.get("error"):  # the hub refused a remote worker
+                log.error("the hub refused this worker: %s", header["error"])
+                raise SystemExit(2)
             return
 
 
@@ -251,14 +323,14 @@ def _work(
         _reply_stale(sock, header, spec)
         return
     try:
-        frame = Frame.from_wire(header, tensors, pools)
+        frame = _frame(header, tensors, pools, stage, spec)
         started = time.time()
         outs = list(stage.process(frame))
         if len(outs) > 1:
             raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for one")
         out = outs[0] if outs else frame
         out.timings[spec.stage] = [started, time.time()]
-        _reply(sock, out, spec, with_tensors=bool(outs))
+        _reply(sock, out, spec, with_tensors=bool(outs), writes=_regions(stage, "writes"))
     except Exception as exc:
         _failed(sock, ident, exc)
 
@@ -278,7 +350,7 @@ def _work_batch(
             _reply_stale(sock, header, spec)
             continue
         try:
-            frames.append(Frame.from_wire(header, tensors, pools))
+            frames.append(_frame(header, tensors, pools, stage, spec))
         except Exception as exc:
             _failed(sock, ident, exc)
     if not frames:
@@ -293,16 +365,38 @@ def _work_batch(
             _failed(sock, {"source": frame.source_id, "seq": frame.seq, "stage": spec.stage}, exc)
         return
     finished = time.time()
+    writes = _regions(stage, "writes")
     for out in outs:
         out.timings[spec.stage] = [started, finished]
         out.meta["batch"] = len(frames)
-        _reply(sock, out, spec, with_tensors=True)
+        _reply(sock, out, spec, with_tensors=True, writes=writes)
 
 
-def _reply(sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bool) -> None:
+def _frame(
+    header: dict[str, Any], tensors: dict[str, np.ndarray], pools: PoolCache, stage: Any, spec: WorkerSpec
+) -> Frame:
+    """The frame a WORK describes: on the pool here, or, on another host, on the regions that came
+    inline (checked against the pool's layout) and fresh buffers for those the stage writes."""
+    if spec.remote is None:
+        return Frame.from_wire(header, tensors, pools)
+    plain, regions = remote.split_regions(tensors)
+    frame = Frame.from_wire(header, plain, None)
+    frame.inline = remote.inline_regions(header, regions, _regions(stage, "reads"), _regions(stage, "writes"))
+    return frame
+
+
+def _reply(
+    sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bool, writes: tuple[str, ...] = ()
+) -> None:
     reply = frame.to_header()
     reply.update(type=msg.RESULT, stage=spec.stage)
-    _send(sock, reply, frame.tensors if with_tensors else None)
+    tensors = frame.tensors if with_tensors else None
+    if frame.inline is not None:  # a remote worker: the regions it wrote go back to the hub's pool
+        tensors = dict(tensors or {})
+        for name in writes:
+            if name in frame.inline:
+                tensors[remote.REGION_PREFIX + name] = frame.inline[name]
+    _send(sock, reply, tensors)
 
 
 STALE_BEFORE = frozenset({"preprocess", "infer"})

@@ -15,9 +15,10 @@ from typing import Any
 from engines.base import Engine
 from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
+from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
+from pipeline.remote import RemoteSettings
 from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.live import build_source
@@ -137,9 +138,12 @@ def check(config: Config) -> Task:
     return task
 
 
-def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
+def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine: bool = True) -> Plan:
+    """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
+    command on a host that runs another stage than infer."""
     check(config)
-    preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
+    if check_engine:
+        preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
         ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
         ("infer", infer_workers(config.engine), functools.partial(_infer, config)),
@@ -148,7 +152,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
     if config.composite:
         middle.append(("composite", config.stages.composite.workers, functools.partial(_composite, config)))
     outputs = tuple(
-        (f"output{i}.{out.kind}", functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
+        (output_name(i, out.kind), functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
     )
     sources = tuple(source_plan(s) for s in config.sources)
     t = config.transport
@@ -168,6 +172,21 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
         preload=PRELOAD,
         http=_http(config),
         make_source=functools.partial(make_source, config),
+        remote=_remote(config),
+    )
+
+
+def _remote(config: Config) -> RemoteSettings | None:
+    t = config.transport
+    if t.listen is None:
+        return None
+    return RemoteSettings(
+        listen=t.listen,
+        curve_secret_key=t.curve_secret_key,
+        curve_clients=t.curve_clients,
+        timeout_s=t.remote_timeout_s,
+        wait_s=t.remote_wait_s,
+        remote_only=frozenset(t.remote_stages),
     )
 
 
