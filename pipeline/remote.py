@@ -105,15 +105,22 @@ def open_listener(settings: RemoteSettings) -> tuple[zmq.Context, zmq.Socket, An
     return ctx, sock, auth
 
 
-def connect_worker(ctx: zmq.Context, sock: zmq.Socket, endpoint: str, link: RemoteLink) -> None:
-    """Set a remote worker's DEALER up (identity, heartbeats, reconnects, CurveZMQ) and connect."""
+def connect_worker(ctx: zmq.Context, sock: zmq.Socket, endpoint: str, link: RemoteLink) -> zmq.Socket:
+    """Set a remote worker's DEALER up (identity, heartbeats, reconnects, CurveZMQ) and connect.
+
+    Returns a monitor of its failed handshakes: a refused CurveZMQ key is otherwise silent (and
+    ZeroMQ does not retry it), so the worker reads the monitor to say so instead of waiting."""
     sock.setsockopt(zmq.IDENTITY, link.identity)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
     _heartbeats(sock)
     if link.server_key:
         curve.connect_as_client(sock, link.server_key, link.client_key, "worker")
+    monitor = sock.get_monitor_socket(
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    )
     sock.connect(endpoint)
+    return monitor
 
 
 def _heartbeats(sock: zmq.Socket) -> None:

@@ -92,7 +92,8 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, FramewireError) else f"{type(exc).__name__}: {text}"
 
 
-def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
+def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket, zmq.Socket | None]:
+    """The DEALER to the hub, connected; for a remote worker also a monitor of its handshakes."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, spec.identity)
@@ -102,11 +103,10 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
     sock.setsockopt(zmq.SNDHWM, 10000)
     sock.setsockopt(zmq.RCVHWM, 10000)
     if spec.remote is not None:
-        link = spec.remote
-        remote.connect_worker(ctx, sock, spec.endpoint, remote.RemoteLink(spec.identity, link.server_key, link.client_key))
-    else:
-        sock.connect(spec.endpoint)
-    return ctx, sock
+        link = remote.RemoteLink(spec.identity, spec.remote.server_key, spec.remote.client_key)
+        return ctx, sock, remote.connect_worker(ctx, sock, spec.endpoint, link)
+    sock.connect(spec.endpoint)
+    return ctx, sock, None
 
 
 def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarray] | None = None) -> None:
@@ -139,7 +139,7 @@ class _ParentWatch:
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a stage worker process (preprocess, infer, postprocess, composite, output)."""
     _setup_process(spec)
-    ctx, sock = _connect(spec)
+    ctx, sock, monitor = _connect(spec)
     stage_log = logging.getLogger(f"framewire.{spec.stage}")
     pools = PoolCache()
     context = StageContext(spec.stage, spec.index, stage_log)
@@ -152,6 +152,8 @@ def worker_main(spec: WorkerSpec) -> None:
         if spec.remote is not None:  # nobody else sees this host's log
             log.error("%s worker cannot start: %s", spec.stage, _one_line(exc))
         _send(sock, {"type": msg.FATAL, "error": _one_line(exc), "exit": code})
+        if monitor is not None:
+            monitor.close(linger=0)
         sock.close(linger=2000)
         ctx.term()
         os._exit(3)
@@ -162,9 +164,9 @@ def worker_main(spec: WorkerSpec) -> None:
     # The slot regions the stage touches: the hub sends a remote worker these with each frame.
     ready["reads"], ready["writes"] = list(_regions(stage, "reads")), list(_regions(stage, "writes"))
     watch: _ParentWatch
-    if spec.remote is not None:
+    if monitor is not None:
         ready["inline"] = True
-        watch = _HubLink(sock, ready, spec.supervisor_pid)
+        watch = _HubLink(sock, monitor, ready, spec.supervisor_pid)
     else:
         watch = _ParentWatch(spec.supervisor_pid)
     _send(sock, ready)
@@ -174,8 +176,10 @@ def worker_main(spec: WorkerSpec) -> None:
         try:
             stage.stop()
         finally:
-            if spec.remote is not None and watch.stopping:
-                _send(sock, {"type": msg.BYE})
+            if isinstance(watch, _HubLink):
+                if watch.stopping:
+                    _send(sock, {"type": msg.BYE})
+                watch.close()
             pools.close()
             sock.close(linger=2000)
             ctx.term()
@@ -189,19 +193,22 @@ class _HubLink(_ParentWatch):
     """A remote worker's view of the hub: pings it while idle, registers again (READY) when the hub
     does not know it (restarted, or it declared this worker lost), and leaves on SIGTERM."""
 
-    def __init__(self, sock: zmq.Socket, ready: dict[str, Any], parent_pid: int) -> None:
+    def __init__(self, sock: zmq.Socket, monitor: zmq.Socket, ready: dict[str, Any], parent_pid: int) -> None:
         super().__init__(parent_pid)
         self.sock = sock
         self.ready = ready
         self.pinged = time.monotonic()
         self.heard = time.monotonic()
         self.silent_logged = False
+        self.handshake_logged = False
+        self.monitor = monitor
         signal.signal(signal.SIGTERM, self._on_term)
 
     def _on_term(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
     def gone(self) -> bool:
+        self._check_handshake()
         now = time.monotonic()
         if now - self.pinged >= remote.PING_INTERVAL_S:
             self.pinged = now
@@ -210,6 +217,28 @@ class _HubLink(_ParentWatch):
             self.silent_logged = True
             log.warning("the hub has not answered for %.0f s; waiting for it (reconnecting)", now - self.heard)
         return self.stopping or super().gone()
+
+    def _check_handshake(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                log.error(
+                    "the hub refused this worker's key (its public certificate must be in the hub's "
+                    "transport.curve_clients folder)"
+                )
+                raise SystemExit(1)
+            if not self.handshake_logged:
+                self.handshake_logged = True
+                log.warning(
+                    "the CurveZMQ handshake with the hub failed; retrying (is --server-key the hub's "
+                    "public certificate, and does the hub listen with CurveZMQ?)"
+                )
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
 
     def hear(self, header: dict[str, Any]) -> None:
         self.heard = time.monotonic()
@@ -427,7 +456,7 @@ def _failed(sock: zmq.Socket, ident: dict[str, Any], exc: BaseException) -> None
 def source_main(spec: WorkerSpec) -> None:
     """Entry point of a decode process: one per source, filling the slots the hub grants."""
     _setup_process(spec)
-    ctx, sock = _connect(spec)
+    ctx, sock, _ = _connect(spec)
     source_id = spec.source_id or "?"
     opts = spec.source_options
     watch = _ParentWatch(spec.supervisor_pid)
