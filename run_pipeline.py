@@ -5,6 +5,7 @@
     python run_pipeline.py run -c FILE [--set key.path=value ...]
     python run_pipeline.py validate -c FILE
     python run_pipeline.py subscribe --endpoint tcp://127.0.0.1:5560
+    python run_pipeline.py worker -c FILE --stage infer --connect tcp://HOST:5570  # on another host
 
 Exit codes: 0 done, 1 runtime failure, 2 bad config or usage.
 """
@@ -29,7 +30,7 @@ log = logging.getLogger("framewire")
 # Further commands live beside the code they drive. Each module has
 # `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
 # with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
-COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli")
+COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli", "stages.worker_cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -209,12 +210,12 @@ def _subscribe(args: argparse.Namespace) -> int:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.SUB if args.mode == "sub" else zmq.PULL)
     sock.setsockopt(zmq.RECONNECT_IVL, 20)  # started before the daemon: catch its first frames
+    if args.server_key:  # before connect: a connection takes the mechanism it starts with
+        _curve_client(sock, args.server_key, args.client_key)
     try:
         sock.connect(args.endpoint)
     except zmq.ZMQError as exc:
         raise UsageError(f"--endpoint {args.endpoint}: {exc}") from None
-    if args.server_key:
-        _curve_client(sock, args.server_key, args.client_key)
     if args.mode == "sub":
         sock.setsockopt_string(zmq.SUBSCRIBE, args.topic)
     if args.save_images:
@@ -254,24 +255,13 @@ def _subscribe(args: argparse.Namespace) -> int:
 
 
 def _curve_client(sock, server_key: str, client_key: str | None) -> None:  # type: ignore[no-untyped-def]
-    import zmq
-    import zmq.auth
-
-    from pipeline.errors import UsageError
+    from pipeline.curve import connect_as_client
+    from pipeline.errors import FramewireError, UsageError
 
     try:
-        server_public, _ = zmq.auth.load_certificate(server_key)
-        if client_key:
-            public, secret = zmq.auth.load_certificate(client_key)
-            if secret is None:
-                raise ValueError("it holds no secret key (use the .key_secret file)")
-        else:
-            public, secret = zmq.curve_keypair()
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"curve key: {exc}") from None
-    sock.curve_serverkey = server_public
-    sock.curve_publickey = public
-    sock.curve_secretkey = secret
+        connect_as_client(sock, server_key, client_key, "curve key")
+    except FramewireError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -132,6 +132,16 @@ class SourceConfig(_Model):
     max_frames: int | None = Field(
         default=None, ge=1, description="Stop after this many frames (a shorter job on a long file)."
     )
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="ZeroMQ sources: this source's secret certificate (`keys` makes one); producers "
+        "must then connect with CurveZMQ and the matching public key.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="ZeroMQ sources with curve_secret_key: a folder of producer public certificates; "
+        "only those may connect (without it, any producer that knows the public key may).",
+    )
 
     @field_validator("id")
     @classmethod
@@ -171,6 +181,10 @@ class SourceConfig(_Model):
                 f"max_staleness_ms ({self.max_staleness_ms:g}) must be below latency_budget_ms "
                 f"({self.latency_budget_ms:g}): a frame as old as that is already over the budget"
             )
+        if kind != "zmq" and (self.curve_secret_key or self.curve_clients):
+            raise ValueError(f"curve_secret_key: only for ZeroMQ sources, not {kind} {uris.redact(self.uri)}")
+        if self.curve_clients and not self.curve_secret_key:
+            raise ValueError("curve_clients: needs curve_secret_key (the source's own certificate)")
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
@@ -391,6 +405,68 @@ class TransportConfig(_Model):
     max_restarts: int = Field(
         default=5, ge=0, description="Restarts of one stage's workers per minute before the job fails."
     )
+    listen: str | None = Field(
+        default=None,
+        description="tcp://HOST:PORT where the hub also accepts workers from other hosts (the `worker` "
+        "command); null: local workers only. Off loopback it needs curve_secret_key.",
+    )
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="CurveZMQ on `listen`: the hub's secret certificate (`keys` makes one); workers "
+        "connect with its public half.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="CurveZMQ on `listen`: a folder of worker public certificates; only those may "
+        "join (required with curve_secret_key: a worker receives frames).",
+    )
+    allow_plaintext: bool = Field(
+        default=False,
+        description="Allow `listen` off loopback without CurveZMQ (a trusted, private network only).",
+    )
+    remote_stages: tuple[str, ...] = Field(
+        default=(),
+        description="Stages with no local worker, run only by `worker` commands on other hosts: "
+        "preprocess, infer, postprocess, composite, or an output by name (output0.video_file, ...); "
+        "with stages.fuse, infer runs preprocess to composite, and with stages.fuse_outputs, outputs "
+        "runs every output.",
+    )
+    remote_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A remote worker silent this long (no result, no ping) is lost; its frames go "
+        "to other workers.",
+    )
+    remote_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail the job when a remote_stages stage has had no worker this long; null: wait.",
+    )
+
+    @model_validator(mode="after")
+    def _listen_is_safe(self) -> TransportConfig:
+        if self.listen is None:
+            if self.remote_stages or self.curve_secret_key or self.curve_clients:
+                raise ValueError("transport.listen: remote_stages and curve keys need a tcp://HOST:PORT to listen on")
+            return self
+        found = re.match(r"^tcp://(\[[0-9a-fA-F:]+\]|[^/:\[\]]+):(\d{1,5})$", self.listen)
+        if not found or not 0 < int(found.group(2)) < 65536:
+            raise ValueError(f"transport.listen: expected tcp://HOST:PORT, got {self.listen!r}")
+        if self.curve_secret_key and not self.curve_clients:
+            raise ValueError(
+                "transport.curve_clients: required with transport.curve_secret_key (a folder of the "
+                "workers' public certificates: a worker receives frames, so only known ones may join)"
+            )
+        if self.curve_clients and not self.curve_secret_key:
+            raise ValueError("transport.curve_secret_key: required with transport.curve_clients")
+        if not self.curve_secret_key and not self.allow_plaintext and not uris.is_loopback(found.group(1)):
+            raise ValueError(
+                f"transport.listen: {self.listen} is reachable from other hosts: set "
+                "transport.curve_secret_key and transport.curve_clients (or transport.allow_plaintext: "
+                "true on a trusted network)"
+            )
+        return self
 
 
 class HttpConfig(_Model):
@@ -449,7 +525,30 @@ class Config(_Model):
                 if out.endpoint in endpoints:
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
+        names = self.stage_names()
+        for name in self.transport.remote_stages:
+            if name not in names:
+                raise ValueError(
+                    f"transport.remote_stages: {name!r} is not a stage of this job ({', '.join(names)})"
+                )
         return self
+
+    def stage_names(self) -> list[str]:
+        """The job's stages after decode, as the hub and the `worker` command name them: with
+        `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
+        (and more than one output), one `outputs` stage runs every output."""
+        names = ["preprocess", "infer", "postprocess"] + (["composite"] if self.composite else [])
+        if self.stages.fuse:
+            names = ["infer"]
+        outputs = [output_name(i, out.kind) for i, out in enumerate(self.outputs)]
+        if self.stages.fuse_outputs and len(outputs) > 1:
+            outputs = ["outputs"]
+        return names + outputs
+
+
+def output_name(index: int, kind: str) -> str:
+    """An output's stage name: `output0.video_file`, `output1.jsonl`, ..."""
+    return f"output{index}.{kind}"
 
 
 # --- loading ---------------------------------------------------------------------------------

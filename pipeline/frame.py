@@ -39,14 +39,25 @@ class Frame:
     deadline: float | None = None
     """Seconds since the epoch after which the frame is stale: the worker loop skips inference for
     it and the hub drops it (a live source's `max_staleness_ms`); None: never stale."""
+    inline: dict[str, np.ndarray] | None = None
+    """On a worker of another host (pipeline.remote): the slot regions that came with the frame
+    and the buffers for the ones its stage writes, in place of the pool; None: use the pool."""
 
     def region(self, name: str) -> np.ndarray:
-        """A view of this frame's slot region `name` (image, input, output) in shared memory."""
+        """Region `name` (image, input, output) of this frame's slot: a view of shared memory, or
+        on a remote worker the buffer that came inline (read-only unless the stage writes it)."""
+        if self.inline is not None:
+            try:
+                return self.inline[name]
+            except KeyError:
+                raise RuntimeError(f"frame {self.source_id}#{self.seq}: region {name!r} did not come with it") from None
         if self.pool is None:
             raise RuntimeError(f"frame {self.source_id}#{self.seq} has no frame pool")
         return self.pool.view(self.slot, name)
 
     def has_region(self, name: str) -> bool:
+        if self.inline is not None:
+            return name in self.inline
         return self.pool is not None and self.pool.has(name)
 
     # --- wire --------------------------------------------------------------------------------

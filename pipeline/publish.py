@@ -15,6 +15,7 @@ from typing import Any
 
 import zmq
 
+from pipeline import curve
 from pipeline.errors import FramewireError
 
 log = logging.getLogger(__name__)
@@ -60,27 +61,10 @@ class Publisher:
     def _secure(self, sock: zmq.Socket) -> None:
         """CurveZMQ: encrypt with the server's key pair; with a clients folder, only the public keys
         in it may connect (a ZAP handler checks each one)."""
-        import zmq.auth
-        from zmq.auth.thread import ThreadAuthenticator
-
         assert self.curve_secret_key is not None and self._ctx is not None
-        try:
-            public, secret = zmq.auth.load_certificate(self.curve_secret_key)
-        except (OSError, ValueError) as exc:
-            raise FramewireError(f"zmq output {self.endpoint}: curve key {self.curve_secret_key}: {exc}") from None
-        if secret is None:
-            raise FramewireError(
-                f"zmq output {self.endpoint}: {self.curve_secret_key} holds no secret key (use the .key_secret file)"
-            )
-        self._auth = ThreadAuthenticator(self._ctx)
-        self._auth.start()
-        if self.curve_clients_dir:
-            self._auth.configure_curve(domain="*", location=self.curve_clients_dir)
-        else:
-            self._auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
-        sock.curve_secretkey = secret
-        sock.curve_publickey = public
-        sock.curve_server = True
+        self._auth = curve.serve(
+            self._ctx, sock, self.curve_secret_key, self.curve_clients_dir, f"zmq output {self.endpoint}"
+        )
 
     def send(
         self,

@@ -31,6 +31,7 @@ import numpy as np
 import zmq
 
 from pipeline import messages as msg
+from pipeline import remote
 from pipeline.control import Command, ControlServer
 from pipeline.errors import ConfigError, FramewireError
 from pipeline.forkserver import worker_context
@@ -98,6 +99,8 @@ class Plan:
     members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """The stages a fused stage runs in its process (stages.fused): {"infer": ("preprocess",
     "infer", ...)}; each stamps its own span, and the metrics count each."""
+    remote: remote.RemoteSettings | None = None
+    """A tcp:// listener for workers on other hosts (the `worker` command); None: local only."""
 
 
 @dataclass
@@ -136,10 +139,15 @@ class _Worker:
     ready: bool = False
     inflight: dict[Key, None] = field(default_factory=dict)
     finished: bool = False
+    route: bytes | None = None
+    """A remote worker's routing id on the tcp:// listener; None for a local worker."""
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    last_seen: float = 0.0
 
     @property
     def identity(self) -> bytes:
-        return self.spec.identity
+        return self.route if self.route is not None else self.spec.identity
 
 
 @dataclass
@@ -148,6 +156,8 @@ class _FrameState:
     tensors: dict[str, np.ndarray]
     stage_pos: int = 0
     refs: int = 0
+    written: frozenset[str] = frozenset({"image"})
+    """The slot regions written so far (decode writes the image): what a remote reader may get."""
 
 
 @dataclass
@@ -226,6 +236,13 @@ class Supervisor:
         self._sock: zmq.Socket | None = None
         self._ipc_dir = ""
         self._owns_ipc_dir = False
+        # Workers on other hosts (plan.remote): their own socket, by routing id.
+        self._remote: dict[bytes, _Worker] = {}
+        self._remote_ctx: zmq.Context | None = None
+        self._remote_sock: zmq.Socket | None = None
+        self._remote_auth: Any = None
+        self._remote_joined = 0
+        self._missing_since: dict[str, float] = {}
 
     # --- public --------------------------------------------------------------------------------
 
@@ -291,14 +308,25 @@ class Supervisor:
         self.endpoint = f"ipc://{self._ipc_dir}/hub-{os.getpid()}.sock"
         sock.bind(self.endpoint)
         self._sock = sock
+        if self.plan.remote is not None:
+            try:
+                self._remote_ctx, self._remote_sock, self._remote_auth = remote.open_listener(self.plan.remote)
+            except FramewireError as exc:
+                raise JobFailed(str(exc), exc.exit_code) from None
+            except zmq.ZMQError as exc:
+                raise JobFailed(f"transport.listen: cannot listen on {self.plan.remote.listen}: {exc}") from None
+            log.info("listening for remote workers on %s", self.plan.remote.listen)
 
     def _spawn_all(self) -> None:
+        remote_only = self.plan.remote.remote_only if self.plan.remote is not None else frozenset()
         for name, count, factory in self.plan.middle:
             self._by_stage[name] = []
-            for index in range(count):
+            for index in range(0 if name in remote_only else count):
                 self._spawn(name, index, 0, factory, worker_main, credits=self.plan.stage_credits.get(name))
         for index, (name, factory) in enumerate(self.plan.outputs):
             self._by_stage[name] = []
+            if name in remote_only:
+                continue
             self._spawn(
                 name,
                 0,
@@ -361,6 +389,8 @@ class Supervisor:
         assert self._sock is not None
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        if self._remote_sock is not None:
+            poller.register(self._remote_sock, zmq.POLLIN)
         next_check = 0.0
         while not self._all_done():
             self._last_tick = time.monotonic()
@@ -368,12 +398,16 @@ class Supervisor:
             events = dict(poller.poll(TICK_MS))
             if self._sock in events:
                 self._receive_all()
+            if self._remote_sock is not None and self._remote_sock in events:
+                self._receive_remote()
             # Once a tick, not once a message: asking every process whether it lives costs a
             # system call each, which at hundreds of frames a second was a fifth of the hub's time.
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + TICK_MS / 1000.0
                 self._check_workers()
+                if self._remote_sock is not None:
+                    self._check_remote(now)
                 self._restart_due()
                 self._run_commands()
                 self._retire_finished()
@@ -427,6 +461,8 @@ class Supervisor:
     def _on_ready(self, worker: _Worker, header: dict[str, Any], _: dict[str, np.ndarray]) -> None:
         worker.ready = True
         worker.credits = max(1, int(header.get("credits", 1))) - len(worker.inflight)
+        if worker.route is None:  # a remote worker's were checked when it joined
+            worker.writes = frozenset(header.get("writes") or ())
         provider = header.get("provider")
         if isinstance(provider, str):
             self.metrics.set(
@@ -533,6 +569,8 @@ class Supervisor:
         state.header = header
         state.tensors = dict(tensors)
         state.stage_pos += 1
+        if worker.writes:
+            state.written = state.written | worker.writes
         self._advance(key)
 
     def _on_failed(self, worker: _Worker, header: dict[str, Any], _: dict[str, np.ndarray]) -> None:
@@ -716,7 +754,8 @@ class Supervisor:
                     continue
                 header = dict(state.header)
                 header["type"] = msg.WORK
-                if self._send(worker, header, state.tensors):
+                tensors = state.tensors if worker.route is None else self._inline(key, state, worker)
+                if self._send(worker, header, tensors):
                     worker.credits -= 1
                     worker.inflight[key] = None
                 else:
@@ -724,6 +763,8 @@ class Supervisor:
                     break
 
     def _send(self, worker: _Worker, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
+        if worker.route is not None:
+            return self._send_remote(worker.route, header, tensors)
         assert self._sock is not None
         try:
             msg.send(self._sock, msg.encode(header, dict(tensors or {})), prefix=(worker.identity,))
@@ -732,6 +773,208 @@ class Supervisor:
             if exc.errno == zmq.EHOSTUNREACH:  # not connected yet, or gone: its death is handled
                 return False
             raise
+
+    # --- workers on other hosts (pipeline.remote) ------------------------------------------------
+
+    def _receive_remote(self) -> None:
+        assert self._remote_sock is not None
+        for _ in range(1000):
+            try:
+                parts = self._remote_sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._handle_remote(parts)
+
+    def _bad(self, reason: str, who: bytes, error: str) -> None:
+        self._bad_messages += 1
+        self.metrics.inc("framewire_bad_messages_total", reason=reason)
+        log.warning("dropped a bad message from remote %r: %s", who[:64], error)
+
+    def _handle_remote(self, parts: list[Any]) -> None:
+        """A message from a worker on another host: checked like any, and more (it is untrusted)."""
+        route = parts[0].bytes
+        try:
+            header, tensors = msg.decode(parts[1:])
+        except msg.WireError as exc:
+            self._bad(_reason(str(exc)), route, str(exc))
+            return
+        kind = header["type"]
+        worker = self._remote.get(route)
+        if worker is None:
+            if kind == msg.READY:
+                self._join(route, header, parts[1])
+            elif kind == msg.PING:  # restarted hub, or a worker declared lost: it should register
+                self._send_remote(route, {"type": msg.PONG, "known": False})
+            elif kind != msg.BYE:
+                self._bad("unknown_peer", route, f"{kind} from a worker that has not joined")
+            return
+        worker.last_seen = time.monotonic()
+        try:
+            if kind == msg.PING:
+                self._send_remote(route, {"type": msg.PONG, "known": True})
+            elif kind == msg.READY:
+                remote.check_ready(header, [worker.stage])
+                self._on_ready(worker, header, {})
+            elif kind == msg.RESULT:
+                self._on_remote_result(worker, header, tensors)
+            elif kind == msg.FAILED:
+                if (str(header.get("source")), int(header.get("seq", -1))) in worker.inflight:
+                    self._on_failed(worker, header, {})
+            elif kind == msg.CLOSED and worker.stage in self._output_names:
+                self._on_closed(worker, header, {})
+            elif kind == msg.BYE:
+                self._lose_remote(worker, "it left")
+            elif kind == msg.FATAL:
+                log.error("remote %s worker %s failed: %s", worker.stage, _peer(route), header.get("error"))
+                self._lose_remote(worker, "it failed")
+            else:
+                self._bad("type", route, f"a remote worker may not send {kind}")
+        except msg.WireError as exc:
+            self._bad(_reason(str(exc)), route, str(exc))
+
+    def _join(self, route: bytes, header: dict[str, Any], first: Any) -> None:
+        try:
+            joining = remote.check_ready(header, self._stage_names + self._output_names)
+        except msg.WireError as exc:
+            self._bad(_reason(str(exc)), route, str(exc))
+            self._send_remote(route, {"type": msg.STOP, "error": str(exc)})
+            return
+        if joining.stage in self._output_names and self._by_stage.get(joining.stage):
+            error = f"output {joining.stage} already has its worker (an output runs in one process)"
+            log.warning("refused remote worker %s: %s", _peer(route), error)
+            self._send_remote(route, {"type": msg.STOP, "error": error})
+            return
+        assert self.plan.remote is not None
+        self._remote_joined += 1
+        spec = WorkerSpec(
+            stage=joining.stage,
+            index=1000 + self._remote_joined,
+            generation=0,
+            endpoint=self.plan.remote.listen,
+            credits=joining.credits,
+            factory=_remote_only,
+            label=f"remote {joining.stage} {_peer(route)}",
+        )
+        worker = _Worker(
+            joining.stage,
+            spec.index,
+            0,
+            None,
+            spec,
+            route=route,
+            reads=joining.reads,
+            writes=joining.writes,
+            last_seen=time.monotonic(),
+        )
+        self._remote[route] = worker
+        self._by_stage.setdefault(joining.stage, []).append(worker)
+        if not isinstance(header.get("provider"), str) or len(header["provider"]) > 64:
+            header.pop("provider", None)
+        try:
+            where = first.get("Peer-Address")
+        except (zmq.ZMQError, AttributeError):
+            where = "?"
+        log.warning(
+            "remote %s worker %s joined from %s (%d credits)", joining.stage, _peer(route), where, joining.credits
+        )
+        self._on_ready(worker, header, {})
+
+    def _on_remote_result(self, worker: _Worker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        key = (str(header.get("source")), int(header.get("seq", -1)))
+        state = self._frames.get(key)
+        source = self._sources.get(key[0])
+        if state is None or source is None or key not in worker.inflight:
+            self._credit_back(worker, key)  # late or duplicate: nothing to take from it
+            return
+        if self._at_stage(state, worker.stage) and header.get("stale") is not True:
+            try:
+                assert source.pool is not None
+                merged, plain, regions = remote.accept_result(
+                    state.header, header, tensors, source.pool.layout, worker.writes, worker.stage,
+                    self.plan.members.get(worker.stage, ()),
+                )
+            except msg.WireError as exc:
+                self._bad(_reason(str(exc)), worker.identity, str(exc))
+                failed = {"source": key[0], "seq": key[1], "error": f"a bad result from a remote worker: {exc}"}
+                self._on_failed(worker, failed, {})
+                return
+            slot = int(state.header["slot"])
+            for name, array in regions.items():
+                np.copyto(source.pool.view(slot, name), array)
+            header, tensors = merged, plain
+        self._on_result(worker, header, tensors)
+
+    def _inline(self, key: Key, state: _FrameState, worker: _Worker) -> dict[str, np.ndarray]:
+        """A frame's tensors plus the slot regions a remote worker reads (those written by now)."""
+        source = self._sources.get(key[0])
+        names = worker.reads & state.written
+        if source is None or source.pool is None or not names:
+            return state.tensors
+        regions = remote.region_tensors(source.pool, int(state.header["slot"]), sorted(names))
+        return {**state.tensors, **regions}
+
+    def _send_remote(self, route: bytes, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
+        """Never blocks: a remote peer that does not read (its marks are full) is not waited for."""
+        assert self._remote_sock is not None
+        try:
+            self._remote_sock.send_multipart([route, *msg.encode(header, dict(tensors or {}))], zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:  # disconnected: it reconnects, or times out
+                return False
+            raise
+
+    def _check_remote(self, now: float) -> None:
+        """Remote workers silent past the timeout are lost; a remote-only stage without a worker
+        fails the job after `wait_s` (when set)."""
+        settings = self.plan.remote
+        assert settings is not None
+        for worker in list(self._remote.values()):
+            if now - worker.last_seen > settings.timeout_s:
+                self._lose_remote(worker, f"silent for {now - worker.last_seen:.1f} s")
+        for name in settings.remote_only:
+            if any(w.ready for w in self._by_stage.get(name, [])):
+                self._missing_since.pop(name, None)
+                continue
+            since = self._missing_since.setdefault(name, now)
+            if settings.wait_s is not None and now - since > settings.wait_s and not self._all_done():
+                raise JobFailed(
+                    f"no {name} worker connected to {settings.listen} for {settings.wait_s:g} s "
+                    f"(start one with `run_pipeline.py worker --stage {name}`; check its keys and the firewall)"
+                )
+
+    def _lose_remote(self, worker: _Worker, why: str) -> None:
+        """A remote worker left, failed or went silent: the frames it held go to the next worker.
+        Nobody restarts it; if it comes back it joins again as a new worker."""
+        assert worker.route is not None
+        self._remote.pop(worker.route, None)
+        worker.finished = True
+        worker.ready = False
+        self._by_stage[worker.stage] = [w for w in self._by_stage.get(worker.stage, []) if w is not worker]
+        self.metrics.inc("framewire_remote_workers_lost_total", stage=worker.stage)
+        if worker.stage in self._output_names:
+            raise JobFailed(f"remote output {worker.stage} ({_peer(worker.route)}) was lost: {why}")
+        lost = self._requeue(worker)
+        log.warning(
+            "remote %s worker %s lost (%s); %d frame(s) it held go to the next worker",
+            worker.stage,
+            _peer(worker.route),
+            why,
+            len(lost),
+        )
+
+    def _close_remote(self) -> None:
+        if self._remote_sock is not None:
+            self._remote_sock.close(linger=1000)
+            self._remote_sock = None
+        if self._remote_auth is not None:
+            self._remote_auth.stop()
+            self._remote_auth = None
+        if self._remote_ctx is not None:
+            self._remote_ctx.term()
+            self._remote_ctx = None
 
     # --- deaths and restarts -------------------------------------------------------------------
 
@@ -770,11 +1013,7 @@ class Supervisor:
         self.metrics.inc("framewire_worker_restarts_total", stage=worker.stage)
         first, longest = self.plan.restart_backoff_s
         delay = min(longest, first * 2 ** len(recent))
-        queue = self._queues[worker.stage]
-        lost = sorted(worker.inflight, key=lambda k: (k[1], k[0]), reverse=True)
-        for key in lost:
-            if key in self._frames and self._at_stage(self._frames[key], worker.stage):
-                queue.appendleft(key)
+        lost = self._requeue(worker)
         log.warning(
             "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
             worker.spec.title,
@@ -784,6 +1023,15 @@ class Supervisor:
         )
         self._by_stage[worker.stage] = [w for w in self._by_stage.get(worker.stage, []) if w is not worker]
         self._pending_restarts.append((now + delay, worker))
+
+    def _requeue(self, worker: _Worker) -> list[Key]:
+        """The frames a dead or lost worker held go back to the front of its stage's queue."""
+        queue = self._queues[worker.stage]
+        lost = sorted(worker.inflight, key=lambda k: (k[1], k[0]), reverse=True)
+        for key in lost:
+            if key in self._frames and self._at_stage(self._frames[key], worker.stage):
+                queue.appendleft(key)
+        return lost
 
     def _restart_due(self) -> None:
         if not self._pending_restarts:
@@ -816,9 +1064,13 @@ class Supervisor:
         self.http_url = self._control.url
 
     def health(self) -> dict[str, bool]:
-        """Live: the hub loop turned in the last few seconds. Ready: every stage has a worker up."""
+        """Live: the hub loop turned in the last few seconds. Ready: every stage has a worker up
+        (a stage that runs only on other hosts: one is connected now)."""
         live = time.monotonic() - self._last_tick < 5.0
-        return {"live": live, "ready": live and self._started and not self._stop_requested}
+        ready = live and self._started and not self._stop_requested
+        if ready and self.plan.remote is not None:
+            ready = all(any(w.ready for w in self._by_stage.get(n, [])) for n in self.plan.remote.remote_only)
+        return {"live": live, "ready": ready}
 
     def _run_commands(self) -> None:
         if self._control is None:
@@ -1045,6 +1297,8 @@ class Supervisor:
             for worker in list(self._workers.values()):
                 if worker.process.is_alive():
                     self._send(worker, {"type": msg.STOP})
+        for worker in list(self._remote.values()):  # not our children: told, not waited for
+            self._send(worker, {"type": msg.STOP})
         deadline = time.monotonic() + 5.0
         for worker in list(self._workers.values()):
             worker.process.join(max(0.0, deadline - time.monotonic()))
@@ -1061,6 +1315,7 @@ class Supervisor:
             sock.close(linger=0)
         if self._ctx is not None:
             self._ctx.term()
+        self._close_remote()
         if self._owns_ipc_dir:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
@@ -1079,6 +1334,14 @@ class Supervisor:
                 report.exit_code = 1
                 total = sum(report.failed.values())
                 report.error = f"{total} frame(s) could not be processed and were passed on unprocessed"
+
+
+def _remote_only() -> Any:
+    raise RuntimeError("a remote worker is started by the `worker` command on its own host")
+
+
+def _peer(route: bytes) -> str:
+    return route[:64].decode("utf-8", "replace")
 
 
 def _exit_text(code: int | None) -> str:
@@ -1111,6 +1374,7 @@ def _declare_metrics(metrics: Metrics) -> Metrics:
         ("framewire_corrupt_frames_total", "counter", "Frames the decoder reported as corrupt, per source."),
         ("framewire_rejected_messages_total", "counter", "Messages a ZeroMQ source dropped, per reason."),
         ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
+        ("framewire_remote_workers_lost_total", "counter", "Remote workers that left, failed or went silent."),
         ("framewire_workers", "gauge", "Workers up, per stage."),
         ("framewire_source_up", "gauge", "1 while a source is being read."),
         ("framewire_bad_messages_total", "counter", "Messages dropped because they broke the wire format."),

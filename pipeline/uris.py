@@ -72,3 +72,15 @@ def zmq_endpoint(uri: str) -> str:
     if found not in ZMQ_SCHEMES:
         raise ValueError(f"not a ZeroMQ source URI: {uri!r}")
     return uri[len("zmq+") :]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind host only reaches this machine (so plain text is no worse than ipc://)."""
+    import ipaddress
+
+    if host in ("localhost", "127.0.0.1", "::1", "[::1]"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -24,6 +24,7 @@ import numpy as np
 import zmq
 
 from pipeline import messages as msg
+from pipeline import remote
 from pipeline.errors import FramewireError, one_line
 from pipeline.frame import (
     Frame,
@@ -56,9 +57,14 @@ class WorkerSpec:
     source_options: dict[str, Any] = field(default_factory=dict)
     label: str | None = None
     supervisor_pid: int = field(default_factory=os.getpid)
+    remote: remote.RemoteLink | None = None
+    """Set for a worker on another host (the `worker` command): it connects over tcp://, takes its
+    frames inline instead of from the pool, and pings the hub (pipeline.remote)."""
 
     @property
     def identity(self) -> bytes:
+        if self.remote is not None:
+            return self.remote.identity or remote.worker_identity(self.stage, self.index)
         return f"{self.stage}.{self.index}.{self.generation}".encode()
 
     @property
@@ -81,7 +87,8 @@ def _setup_process(spec: WorkerSpec) -> None:
     )
 
 
-def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
+def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket, zmq.Socket | None]:
+    """The DEALER to the hub, connected; for a remote worker also a monitor of its handshakes."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, spec.identity)
@@ -90,8 +97,11 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket]:
     # worker must not queue without end.
     sock.setsockopt(zmq.SNDHWM, 10000)
     sock.setsockopt(zmq.RCVHWM, 10000)
+    if spec.remote is not None:
+        link = remote.RemoteLink(spec.identity, spec.remote.server_key, spec.remote.client_key)
+        return ctx, sock, remote.connect_worker(ctx, sock, spec.endpoint, link)
     sock.connect(spec.endpoint)
-    return ctx, sock
+    return ctx, sock, None
 
 
 def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarray] | None = None) -> None:
@@ -108,6 +118,9 @@ class _ParentWatch:
     def __init__(self, supervisor_pid: int | None = None) -> None:
         self.pid = supervisor_pid or os.getppid()
 
+    stopping = False
+    """Set by a remote worker's SIGTERM: it leaves at the next message."""
+
     def gone(self) -> bool:
         # A killed supervisor stays a zombie until its own parent reaps it: that counts as gone.
         try:
@@ -121,7 +134,7 @@ class _ParentWatch:
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a stage worker process (preprocess, infer, postprocess, composite, output)."""
     _setup_process(spec)
-    ctx, sock = _connect(spec)
+    ctx, sock, monitor = _connect(spec)
     stage_log = logging.getLogger(f"framewire.{spec.stage}")
     pools = PoolCache()
     context = StageContext(spec.stage, spec.index, stage_log)
@@ -131,7 +144,11 @@ def worker_main(spec: WorkerSpec) -> None:
     except BaseException as exc:  # start-up failures stop the worker loudly
         code = getattr(exc, "exit_code", 1)
         log.debug("start-up failed", exc_info=True)
+        if spec.remote is not None:  # nobody else sees this host's log
+            log.error("%s worker cannot start: %s", spec.stage, one_line(exc))
         _send(sock, {"type": msg.FATAL, "error": one_line(exc), "exit": code})
+        if monitor is not None:
+            monitor.close(linger=0)
         sock.close(linger=2000)
         ctx.term()
         os._exit(3)
@@ -139,17 +156,93 @@ def worker_main(spec: WorkerSpec) -> None:
     describe = getattr(stage, "describe", None)
     if callable(describe):  # e.g. the execution provider an infer worker ended up with
         ready.update(describe())
+    # The slot regions the stage touches: the hub sends a remote worker these with each frame.
+    ready["reads"], ready["writes"] = list(_regions(stage, "reads")), list(_regions(stage, "writes"))
+    watch: _ParentWatch
+    if monitor is not None:
+        ready["inline"] = True
+        watch = _HubLink(sock, monitor, ready, spec.supervisor_pid)
+    else:
+        watch = _ParentWatch(spec.supervisor_pid)
     _send(sock, ready)
-    watch = _ParentWatch(spec.supervisor_pid)
     try:
         _serve(sock, stage, pools, context.streams, watch, spec)
     finally:
         try:
             stage.stop()
         finally:
+            if isinstance(watch, _HubLink):
+                if watch.stopping:
+                    _send(sock, {"type": msg.BYE})
+                watch.close()
             pools.close()
             sock.close(linger=2000)
             ctx.term()
+
+
+def _regions(stage: Any, which: str) -> tuple[str, ...]:
+    return tuple(str(name) for name in getattr(stage, which, ()) or ())
+
+
+class _HubLink(_ParentWatch):
+    """A remote worker's view of the hub: pings it while idle, registers again (READY) when the hub
+    does not know it (restarted, or it declared this worker lost), and leaves on SIGTERM."""
+
+    def __init__(self, sock: zmq.Socket, monitor: zmq.Socket, ready: dict[str, Any], parent_pid: int) -> None:
+        super().__init__(parent_pid)
+        self.sock = sock
+        self.ready = ready
+        self.pinged = time.monotonic()
+        self.heard = time.monotonic()
+        self.silent_logged = False
+        self.handshake_logged = False
+        self.monitor = monitor
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def gone(self) -> bool:
+        self._check_handshake()
+        now = time.monotonic()
+        if now - self.pinged >= remote.PING_INTERVAL_S:
+            self.pinged = now
+            _send(self.sock, {"type": msg.PING})
+        if now - self.heard > remote.HUB_SILENT_S and not self.silent_logged:
+            self.silent_logged = True
+            log.warning("the hub has not answered for %.0f s; waiting for it (reconnecting)", now - self.heard)
+        return self.stopping or super().gone()
+
+    def _check_handshake(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                log.error(
+                    "the hub refused this worker's key (its public certificate must be in the hub's "
+                    "transport.curve_clients folder)"
+                )
+                raise SystemExit(1)
+            if not self.handshake_logged:
+                self.handshake_logged = True
+                log.warning(
+                    "the CurveZMQ handshake with the hub failed; retrying (is --server-key the hub's "
+                    "public certificate, and does the hub listen with CurveZMQ?)"
+                )
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(linger=0)
+
+    def hear(self, header: dict[str, Any]) -> None:
+        self.heard = time.monotonic()
+        if self.silent_logged:
+            self.silent_logged = False
+            log.warning("the hub answers again")
+        if header["type"] == msg.PONG and header.get("known") is False:
+            log.warning("the hub does not know this worker (it restarted?): registering again")
+            _send(self.sock, self.ready)
 
 
 def _serve(
@@ -163,7 +256,10 @@ def _serve(
     batch_limit = int(getattr(stage, "max_batch", 1) or 1) if hasattr(stage, "process_batch") else 1
     delay_s = float(getattr(stage, "max_delay_ms", 0.0) or 0.0) / 1000.0
     backlog: deque[tuple[dict[str, Any], dict[str, np.ndarray]]] = deque()
+    link = watch if isinstance(watch, _HubLink) else None
     while True:
+        if watch.stopping:
+            return
         if backlog:
             header, tensors = backlog.popleft()
         else:
@@ -177,6 +273,8 @@ def _serve(
                 continue
             header, tensors = received
         kind = header["type"]
+        if link is not None:
+            link.hear(header)
         if kind == msg.WORK and batch_limit > 1:
             batch = [(header, tensors)]
             _collect(sock, batch, backlog, batch_limit, delay_s)
@@ -194,6 +292,9 @@ def _serve(
                 pass
             _send(sock, {"type": msg.CLOSED, "source": source})
         elif kind == msg.STOP:
+            if header.get("error"):  # the hub refused a remote worker
+                log.error("the hub refused this worker: %s", header["error"])
+                raise SystemExit(2)
             return
 
 
@@ -246,14 +347,14 @@ def _work(
         _reply_stale(sock, header, spec)
         return
     try:
-        frame = Frame.from_wire(header, tensors, pools)
+        frame = _frame(header, tensors, pools, stage, spec)
         started = time.time()
         outs = list(stage.process(frame))
         if len(outs) > 1:
             raise RuntimeError(f"stage {spec.stage} returned {len(outs)} frames for one")
         out = outs[0] if outs else frame
         out.timings.setdefault(spec.stage, [started, time.time()])  # a fused stage stamps its own
-        _reply(sock, out, spec, with_tensors=bool(outs))
+        _reply(sock, out, spec, with_tensors=bool(outs), writes=_regions(stage, "writes"))
     except Exception as exc:
         _failed(sock, ident, exc)
 
@@ -273,7 +374,7 @@ def _work_batch(
             _reply_stale(sock, header, spec)
             continue
         try:
-            frames.append(Frame.from_wire(header, tensors, pools))
+            frames.append(_frame(header, tensors, pools, stage, spec))
         except Exception as exc:
             _failed(sock, ident, exc)
     if not frames:
@@ -288,16 +389,40 @@ def _work_batch(
             _failed(sock, {"source": frame.source_id, "seq": frame.seq, "stage": spec.stage}, exc)
         return
     finished = time.time()
+    writes = _regions(stage, "writes")
     for out in outs:
         out.timings.setdefault(spec.stage, [started, finished])
         out.meta["batch"] = len(frames)
-        _reply(sock, out, spec, with_tensors=True)
+        _reply(sock, out, spec, with_tensors=True, writes=writes)
 
 
-def _reply(sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bool) -> None:
+def _frame(
+    header: dict[str, Any], tensors: dict[str, np.ndarray], pools: PoolCache, stage: Any, spec: WorkerSpec
+) -> Frame:
+    """The frame a WORK describes: on the pool here, or, on another host, on the regions that came
+    inline (checked against the pool's layout) and fresh buffers for those the stage writes."""
+    if spec.remote is None:
+        return Frame.from_wire(header, tensors, pools)
+    plain, regions = remote.split_regions(tensors)
+    frame = Frame.from_wire(header, plain, None)
+    # A fused stage's members also pass regions between them (`scratch`): buffers here, never sent back.
+    writable = _regions(stage, "writes") + _regions(stage, "scratch")
+    frame.inline = remote.inline_regions(header, regions, _regions(stage, "reads"), writable)
+    return frame
+
+
+def _reply(
+    sock: zmq.Socket, frame: Frame, spec: WorkerSpec, *, with_tensors: bool, writes: tuple[str, ...] = ()
+) -> None:
     reply = frame.to_header()
     reply.update(type=msg.RESULT, stage=spec.stage)
-    _send(sock, reply, frame.tensors if with_tensors else None)
+    tensors = frame.tensors if with_tensors else None
+    if frame.inline is not None:  # a remote worker: the regions it wrote go back to the hub's pool
+        tensors = dict(tensors or {})
+        for name in writes:
+            if name in frame.inline:
+                tensors[remote.REGION_PREFIX + name] = frame.inline[name]
+    _send(sock, reply, tensors)
 
 
 STALE_BEFORE = frozenset({"preprocess", "infer"})
@@ -328,7 +453,7 @@ def _failed(sock: zmq.Socket, ident: dict[str, Any], exc: BaseException) -> None
 def source_main(spec: WorkerSpec) -> None:
     """Entry point of a decode process: one per source, filling the slots the hub grants."""
     _setup_process(spec)
-    ctx, sock = _connect(spec)
+    ctx, sock, _ = _connect(spec)
     source_id = spec.source_id or "?"
     opts = spec.source_options
     watch = _ParentWatch(spec.supervisor_pid)

@@ -12,6 +12,9 @@ a PUSH socket and sends one multipart message per frame (the README's "ZeroMQ so
 time is used). A one-part message `{"eos": true}` ends the source. Every message is checked before
 anything is allocated for it: a bad one is dropped and counted by reason, never fatal.
 
+With `curve_secret_key` the socket is a CurveZMQ server: traffic is encrypted and, with
+`curve_clients`, only producers whose public certificate is in that folder may connect.
+
 Model-free and OpenCV-free: this module yields the checked header and the payload bytes; turning
 them into a BGR frame is `stages.live`'s job.
 """
@@ -23,11 +26,12 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import zmq
 
-from pipeline.errors import SourceError
+from pipeline import curve
+from pipeline.errors import FramewireError, SourceError
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +151,25 @@ class ZmqReceiver:
     """
 
     def __init__(
-        self, source_id: str, endpoint: str, *, hwm: int = 4, max_part_bytes: int = MAX_PART_BYTES
+        self,
+        source_id: str,
+        endpoint: str,
+        *,
+        hwm: int = 4,
+        max_part_bytes: int = MAX_PART_BYTES,
+        curve_secret_key: str | None = None,
+        curve_clients_dir: str | None = None,
     ) -> None:
         self.source_id = source_id
         self.endpoint = endpoint
         self.hwm = hwm
         self.max_part_bytes = max_part_bytes
+        self.curve_secret_key = curve_secret_key
+        self.curve_clients_dir = curve_clients_dir
         self.rejected: Counter[str] = Counter()
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
+        self._auth: Any = None
 
     def open(self) -> None:
         """Bind the socket; SourceError when it cannot (e.g. the address is in use)."""
@@ -167,10 +181,19 @@ class ZmqReceiver:
         sock.setsockopt(zmq.RCVHWM, self.hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_part_bytes)
         try:
+            if self.curve_secret_key:  # only producers whose public key is in the folder get in
+                self._auth = curve.serve(
+                    ctx, sock, self.curve_secret_key, self.curve_clients_dir, f"source {self.source_id}"
+                )
             sock.bind(self.endpoint)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, FramewireError) as exc:
             sock.close(linger=0)
+            if self._auth is not None:
+                self._auth.stop()
+                self._auth = None
             ctx.term()
+            if isinstance(exc, FramewireError):
+                raise SourceError(str(exc)) from None
             where = f"source {self.source_id}: cannot bind {self.endpoint}"
             raise SourceError(f"{where}: {exc.strerror}") from None
         self._ctx, self._sock = ctx, sock
@@ -202,6 +225,9 @@ class ZmqReceiver:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -35,6 +35,38 @@ class _Members:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.members)
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The slot regions the members read that no earlier member writes: what a remote worker of
+        the fused stage must be sent (pipeline.remote)."""
+        found: list[str] = []
+        written: set[str] = set()
+        for _, stage in self.members:
+            found += [r for r in getattr(stage, "reads", ()) or () if r not in written and r not in found]
+            written.update(getattr(stage, "writes", ()) or ())
+        return tuple(found)
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """The slot regions the members write that no later member reads: what a remote worker
+        sends back. A region passed from one member to the next (the model input, from preprocess
+        to infer) stays inside the fused stage; the stages after it (the outputs) read only the
+        image and the composited image."""
+        found: list[str] = []
+        for i, (_, stage) in enumerate(self.members):
+            later = {r for _, after in self.members[i + 1 :] for r in getattr(after, "reads", ()) or ()}
+            found += [w for w in getattr(stage, "writes", ()) or () if w not in found and w not in later]
+        return tuple(found)
+
+    @property
+    def scratch(self) -> tuple[str, ...]:
+        """The slot regions one member writes for a later one, inside the process: a remote worker
+        keeps them in buffers of its own and does not send them back."""
+        found: list[str] = []
+        for _, stage in self.members:
+            found += [w for w in getattr(stage, "writes", ()) or () if w not in found and w not in self.writes]
+        return tuple(found)
+
     def start(self, ctx: StageContext) -> None:
         for name, stage in self.members:
             # The members share the worker's index (an infer member picks its GPU by it) and the

@@ -15,6 +15,9 @@ from stages.tasks.base import Task
 class Infer:
     """One engine per worker process, created in `start` (sessions never cross a spawn)."""
 
+    reads = ("input",)
+    writes: tuple[str, ...] = ()
+
     def __init__(
         self,
         task: Task,

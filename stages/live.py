@@ -100,7 +100,9 @@ def build_source(config: SourceConfig) -> FrameSource:
     kind = source_kind(config.uri)
     backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
     if kind == "zmq":
-        return ZmqSource(config.id, config.uri)
+        return ZmqSource(
+            config.id, config.uri, curve_secret_key=config.curve_secret_key, curve_clients=config.curve_clients
+        )
     if kind == "camera":
         options = camera_options(config.camera, config.ffmpeg_options)
         return LiveSource(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s,
@@ -290,10 +292,14 @@ class ZmqSource:
     FPS = Fraction(25)
     TIME_BASE = Fraction(1, 1_000_000)
 
-    def __init__(self, source_id: str, uri: str) -> None:
+    def __init__(
+        self, source_id: str, uri: str, *, curve_secret_key: str | None = None, curve_clients: str | None = None
+    ) -> None:
         self.source_id = source_id
         self.uri = uri
-        self.receiver = ZmqReceiver(source_id, zmq_endpoint(uri))
+        self.receiver = ZmqReceiver(
+            source_id, zmq_endpoint(uri), curve_secret_key=curve_secret_key, curve_clients_dir=curve_clients
+        )
         self._interrupted: Callable[[], bool] = lambda: False
         self._size: tuple[int, int] | None = None
         self._pending: tuple[np.ndarray, int] | None = None

@@ -15,9 +15,10 @@ from typing import Any
 from engines.base import Engine
 from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput
+from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
+from pipeline.remote import RemoteSettings
 from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
@@ -104,10 +105,6 @@ def _fused(config: Config) -> Fused:
     return Fused(stages)
 
 
-def output_name(index: int, kind: str) -> str:
-    return f"output{index}.{kind}"
-
-
 def _outputs(config: Config) -> Outputs:
     return Outputs([(output_name(i, out.kind), _output(config, i)) for i, out in enumerate(config.outputs)])
 
@@ -155,9 +152,12 @@ def check(config: Config) -> Task:
     return task
 
 
-def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
+def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine: bool = True) -> Plan:
+    """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
+    command on a host that runs another stage than infer."""
     check(config)
-    preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
+    if check_engine:
+        preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
         ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
         ("infer", infer_workers(config.engine), functools.partial(_infer, config)),
@@ -194,6 +194,21 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING) -> Plan:
         http=_http(config),
         make_source=functools.partial(make_source, config),
         members=members,
+        remote=_remote(config),
+    )
+
+
+def _remote(config: Config) -> RemoteSettings | None:
+    t = config.transport
+    if t.listen is None:
+        return None
+    return RemoteSettings(
+        listen=t.listen,
+        curve_secret_key=t.curve_secret_key,
+        curve_clients=t.curve_clients,
+        timeout_s=t.remote_timeout_s,
+        wait_s=t.remote_wait_s,
+        remote_only=frozenset(t.remote_stages),
     )
 
 

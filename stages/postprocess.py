@@ -9,6 +9,9 @@ from stages.tasks.base import Task
 
 
 class Postprocess:
+    reads: tuple[str, ...] = ()  # the model outputs travel inline; no slot region is touched
+    writes: tuple[str, ...] = ()
+
     def __init__(self, task: Task) -> None:
         self.task = task
 

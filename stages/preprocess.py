@@ -11,6 +11,10 @@ from stages.tasks.base import Task
 class Preprocess:
     """Writes the model input into the slot's `input` region; passes the task's meta on."""
 
+    reads = ("image",)
+    writes = ("input",)
+    """The slot regions it reads and writes: what travels with a frame to a worker on another host."""
+
     def __init__(self, task: Task) -> None:
         self.task = task
 

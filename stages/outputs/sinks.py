@@ -59,6 +59,8 @@ class _PerSource:
 class VideoFileSink(_PerSource):
     """H.264 MP4 per source, same frame count and timestamps as the source, audio copied through."""
 
+    reads = ("image", "output")  # the composited image when there is one (record.composited_image)
+
     def __init__(self, config: VideoFileOutput) -> None:
         super().__init__()
         self.config = config
@@ -87,6 +89,8 @@ class VideoFileSink(_PerSource):
 class JsonlSink(_PerSource):
     """One JSON record per frame, per source."""
 
+    reads: tuple[str, ...] = ()
+
     def __init__(self, config: JsonlOutput) -> None:
         super().__init__()
         self.config = config
@@ -106,6 +110,7 @@ class ZmqSink:
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
+        self.reads: tuple[str, ...] = ("image", "output") if config.jpeg else ()
         self.publisher = Publisher(
             config.endpoint,
             config.mode,

@@ -131,3 +131,65 @@ def test_set_errors() -> None:
 
 def test_resolve_path() -> None:
     assert resolve_path("out/{source_id}.mp4", "cam0") == "out/cam0.mp4"
+
+
+# --- transport.listen: workers on other hosts --------------------------------------------------
+
+
+def test_the_hub_listens_on_tcp_only_when_asked() -> None:
+    assert load(MINIMAL).transport.listen is None
+    config = load(MINIMAL, "transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[infer]")
+    assert config.transport.listen == "tcp://127.0.0.1:5570" and config.transport.remote_stages == ("infer",)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            ["transport.listen=tcp://0.0.0.0:5570"],
+            "transport.listen: tcp://0.0.0.0:5570 is reachable from other hosts: set transport.curve_secret_key",
+        ),
+        (["transport.listen=ipc:///tmp/x.sock"], "transport.listen: expected tcp://HOST:PORT"),
+        (["transport.listen=tcp://10.0.0.1:99999"], "transport.listen: expected tcp://HOST:PORT"),
+        (
+            ["transport.listen=tcp://0.0.0.0:5570", "transport.curve_secret_key=hub.key_secret"],
+            "transport.curve_clients: required with transport.curve_secret_key",
+        ),
+        (["transport.remote_stages=[infer]"], "transport.listen: remote_stages and curve keys need"),
+        (
+            ["transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[decode]"],
+            "transport.remote_stages: 'decode' is not a stage of this job (preprocess, infer, postprocess, "
+            "output0.jsonl)",
+        ),
+    ],
+)
+def test_bad_listen_settings_are_one_line_errors(overrides: list[str], expected: str) -> None:
+    assert expected in error_of(MINIMAL, *overrides)
+
+
+def test_off_loopback_the_hub_needs_curve_or_an_explicit_plaintext() -> None:
+    curve = load(
+        MINIMAL,
+        "transport.listen=tcp://0.0.0.0:5570",
+        "transport.curve_secret_key=keys/hub.key_secret",
+        "transport.curve_clients=keys/workers",
+    )
+    assert curve.transport.curve_clients == "keys/workers"
+    plain = load(MINIMAL, "transport.listen=tcp://10.1.2.3:5570", "transport.allow_plaintext=true")
+    assert plain.transport.allow_plaintext
+    assert load(MINIMAL, "transport.listen=tcp://[::1]:5570").transport.listen == "tcp://[::1]:5570"
+
+
+def test_outputs_are_stages_by_name() -> None:
+    config = load(MINIMAL, "transport.listen=tcp://localhost:5570", "transport.remote_stages=[output0.jsonl]")
+    assert config.stage_names()[-1] == "output0.jsonl"
+
+
+def test_fused_stages_are_the_stages_a_remote_worker_can_take() -> None:
+    two = "outputs=[{kind: jsonl, path: a.jsonl}, {kind: video_file, path: a.mp4}]"
+    fused = load(MINIMAL, two, "stages.fuse=true", "stages.fuse_outputs=true")
+    assert fused.stage_names() == ["infer", "outputs"]
+    assert load(MINIMAL, "stages.fuse_outputs=true").stage_names() == ["preprocess", "infer", "postprocess", "output0.jsonl"]
+    expected = "transport.remote_stages: 'preprocess' is not a stage of this job (infer, outputs)"
+    listen = ("transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[preprocess]")
+    assert expected in error_of(MINIMAL, two, "stages.fuse=true", "stages.fuse_outputs=true", *listen)
