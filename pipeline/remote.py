@@ -226,7 +226,7 @@ def accept_result(
         if key == "error" and not (value is None or isinstance(value, str)):
             raise msg.WireError("header error must be a string")
         header[key] = value
-    spans = new.get("ts") if isinstance(new.get("ts"), dict) else {}
+    spans: Mapping[str, Any] = new["ts"] if isinstance(new.get("ts"), dict) else {}
     timings = dict(old.get("ts") or {})
     for name in dict.fromkeys([stage, *members]):
         span = spans.get(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import socket
 import threading
 import time
 from pathlib import Path
@@ -70,3 +71,62 @@ def test_fuzzed_messages_never_stop_the_job(tmp_path: Path) -> None:
     assert [json.loads(x)["seq"] for x in lines] == list(range(200))
     counted = sum(v for _, v in supervisor.metrics._families["framewire_bad_messages_total"].values.items())
     assert counted == sent
+
+
+def remote_garbage(rng: random.Random) -> list[bytes]:
+    """What a stranger might send to the tcp:// listener: bytes, READYs that break the rules, and
+    results for frames it was never given."""
+    kind = rng.randrange(4)
+    if kind == 0:
+        return [rng.randbytes(rng.randrange(0, 200))]
+    if kind == 1:
+        ready = rng.choice([
+            {"stage": "decode", "credits": 2, "inline": True},
+            {"stage": "infer", "credits": 10**9, "inline": True},
+            {"stage": "infer", "credits": 2},  # not inline: it could not reach the frame pool
+            {"stage": "infer", "credits": 2, "inline": True, "reads": "image"},
+        ])  # fmt: skip
+        return [msgpack.packb({"v": 1, "type": "ready", **ready})]
+    if kind == 2:
+        return [msgpack.packb({"v": 1, "type": "result", "source": "a", "seq": rng.randrange(200),
+                               "tensors": [["region:image", "uint8", [2**16, 2**16, 3]]]}), b""]  # fmt: skip
+    return garbage(rng)
+
+
+def test_fuzzed_messages_on_the_remote_listener_never_stop_the_job(tmp_path: Path) -> None:
+    from pipeline.remote import RemoteSettings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    plan = Plan(
+        middle=(("infer", 2, functools.partial(fakes.passthrough, "inf", 0.002)),),
+        outputs=(("out", functools.partial(fakes.sink, str(tmp_path))),),
+        sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003), {}),),
+        slot_layout=fakes.layout,
+        remote=RemoteSettings(listen=f"tcp://127.0.0.1:{port}"),  # loopback: plain text allowed
+    )
+    supervisor = Supervisor(plan)
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("report", supervisor.run()), daemon=True)
+    thread.start()
+    while not hasattr(supervisor, "endpoint"):
+        time.sleep(0.01)
+    ctx = zmq.Context()
+    rng = random.Random(11)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"stranger")
+    sock.setsockopt(zmq.LINGER, 5000)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    for _ in range(300):
+        sock.send_multipart(remote_garbage(rng))
+    sock.close()
+    ctx.term()
+    thread.join(60)
+    report = result["report"]
+    assert report.exit_code == 0, report.error
+    assert report.frames == {"a": 200}
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert [json.loads(x)["seq"] for x in lines] == list(range(200))
+    counted = supervisor.metrics._families["framewire_bad_messages_total"].values
+    assert sum(counted.values()) == 300, counted
