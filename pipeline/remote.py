@@ -42,6 +42,8 @@ REGION_PREFIX = "region:"
 PING_INTERVAL_S = 1.0
 HUB_SILENT_S = 5.0
 """A worker that has heard nothing from the hub this long says so in its log (once)."""
+SEND_TIMEOUT_MS = 500
+"""A remote worker's send with no connection to the hub waits this long before it checks why."""
 MAX_CREDITS = 64
 MAX_REGIONS = 8
 MAX_IDENTITY = 200
@@ -113,6 +115,9 @@ def connect_worker(ctx: zmq.Context, sock: zmq.Socket, endpoint: str, link: Remo
     sock.setsockopt(zmq.IDENTITY, link.identity)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+    # A DEALER with no connection blocks a send for ever, and after a refused CurveZMQ handshake
+    # ZeroMQ keeps none: a send gives up after this, so the worker can look at the monitor.
+    sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
     _heartbeats(sock)
     if link.server_key:
         curve.connect_as_client(sock, link.server_key, link.client_key, "worker")

@@ -104,8 +104,20 @@ def _connect(spec: WorkerSpec) -> tuple[zmq.Context, zmq.Socket, zmq.Socket | No
     return ctx, sock, None
 
 
+_on_blocked: Callable[[], bool] | None = None
+"""A remote worker's hub link (`_HubLink.blocked`): called when a send to the hub times out; True
+to try again, False to drop the message. None (local workers, start-up): dropped."""
+
+
 def _send(sock: zmq.Socket, header: dict[str, Any], tensors: dict[str, np.ndarray] | None = None) -> None:
-    msg.send(sock, msg.encode(header, tensors))
+    frames = msg.encode(header, tensors)
+    while True:
+        try:
+            msg.send(sock, frames)
+            return
+        except zmq.Again:  # only a remote worker's socket has a send timeout: no connection to send on
+            if _on_blocked is None or not _on_blocked():
+                return
 
 
 class _ParentWatch:
@@ -160,8 +172,10 @@ def worker_main(spec: WorkerSpec) -> None:
     ready["reads"], ready["writes"] = list(_regions(stage, "reads")), list(_regions(stage, "writes"))
     watch: _ParentWatch
     if monitor is not None:
+        global _on_blocked
         ready["inline"] = True
         watch = _HubLink(sock, monitor, ready, spec.supervisor_pid)
+        _on_blocked = watch.blocked
     else:
         watch = _ParentWatch(spec.supervisor_pid)
     _send(sock, ready)
@@ -212,6 +226,18 @@ class _HubLink(_ParentWatch):
             self.silent_logged = True
             log.warning("the hub has not answered for %.0f s; waiting for it (reconnecting)", now - self.heard)
         return self.stopping or super().gone()
+
+    def blocked(self) -> bool:
+        """A send found no connection to the hub: after a refused CurveZMQ handshake ZeroMQ keeps
+        none (exit 1, said once), otherwise it is reconnecting. Retry unless stopping."""
+        self._check_handshake()
+        if self.stopping or super().gone():
+            return False
+        now = time.monotonic()
+        if now - self.heard > remote.HUB_SILENT_S and not self.silent_logged:
+            self.silent_logged = True
+            log.warning("the hub has not answered for %.0f s; waiting for it (reconnecting)", now - self.heard)
+        return True
 
     def _check_handshake(self) -> None:
         from zmq.utils.monitor import recv_monitor_message

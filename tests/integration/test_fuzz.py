@@ -8,13 +8,15 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 import zmq
 
-from pipeline.supervisor import Plan, SourcePlan, Supervisor
+from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
 from tests import fakes
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,19 +38,44 @@ def garbage(rng: random.Random) -> list[bytes]:
     return [json.dumps({"type": "stop"}).encode()]
 
 
-def test_fuzzed_messages_never_stop_the_job(tmp_path: Path) -> None:
-    plan = Plan(
+def plan_of(tmp_path: Path, **extra: Any) -> Plan:
+    """200 frames of one source through 2 infer workers to a JSONL sink."""
+    return Plan(
         middle=(("infer", 2, functools.partial(fakes.passthrough, "inf", 0.002)),),
         outputs=(("out", functools.partial(fakes.sink, str(tmp_path))),),
         sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003), {}),),
         slot_layout=fakes.layout,
+        **extra,
     )
+
+
+def started(plan: Plan) -> tuple[Supervisor, Callable[[], Report]]:
+    """The supervisor running in a thread, once it listens; and a call that waits for its report."""
     supervisor = Supervisor(plan)
-    result = {}
+    result: dict[str, Report] = {}
     thread = threading.Thread(target=lambda: result.setdefault("report", supervisor.run()), daemon=True)
     thread.start()
     while not hasattr(supervisor, "endpoint"):
         time.sleep(0.01)
+
+    def report() -> Report:
+        thread.join(60)
+        return result["report"]
+
+    return supervisor, report
+
+
+def assert_every_frame_out(tmp_path: Path, report: Report, supervisor: Supervisor, bad: int) -> None:
+    assert report.exit_code == 0, report.error
+    assert report.frames == {"a": 200}
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert [json.loads(x)["seq"] for x in lines] == list(range(200))
+    counted = supervisor.metrics._families["framewire_bad_messages_total"].values
+    assert sum(counted.values()) == bad, counted
+
+
+def test_fuzzed_messages_never_stop_the_job(tmp_path: Path) -> None:
+    supervisor, report = started(plan_of(tmp_path))
     ctx = zmq.Context()
     rng = random.Random(7)
     sent = 0
@@ -63,14 +90,7 @@ def test_fuzzed_messages_never_stop_the_job(tmp_path: Path) -> None:
                 sent += 1
         sock.close()
     ctx.term()
-    thread.join(60)
-    report = result["report"]
-    assert report.exit_code == 0, report.error
-    assert report.frames == {"a": 200}
-    lines = (tmp_path / "a.jsonl").read_text().splitlines()
-    assert [json.loads(x)["seq"] for x in lines] == list(range(200))
-    counted = sum(v for _, v in supervisor.metrics._families["framewire_bad_messages_total"].values.items())
-    assert counted == sent
+    assert_every_frame_out(tmp_path, report(), supervisor, sent)
 
 
 def remote_garbage(rng: random.Random) -> list[bytes]:
@@ -99,19 +119,8 @@ def test_fuzzed_messages_on_the_remote_listener_never_stop_the_job(tmp_path: Pat
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    plan = Plan(
-        middle=(("infer", 2, functools.partial(fakes.passthrough, "inf", 0.002)),),
-        outputs=(("out", functools.partial(fakes.sink, str(tmp_path))),),
-        sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003), {}),),
-        slot_layout=fakes.layout,
-        remote=RemoteSettings(listen=f"tcp://127.0.0.1:{port}"),  # loopback: plain text allowed
-    )
-    supervisor = Supervisor(plan)
-    result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("report", supervisor.run()), daemon=True)
-    thread.start()
-    while not hasattr(supervisor, "endpoint"):
-        time.sleep(0.01)
+    # Loopback: plain text is allowed.
+    supervisor, report = started(plan_of(tmp_path, remote=RemoteSettings(listen=f"tcp://127.0.0.1:{port}")))
     ctx = zmq.Context()
     rng = random.Random(11)
     sock = ctx.socket(zmq.DEALER)
@@ -122,11 +131,4 @@ def test_fuzzed_messages_on_the_remote_listener_never_stop_the_job(tmp_path: Pat
         sock.send_multipart(remote_garbage(rng))
     sock.close()
     ctx.term()
-    thread.join(60)
-    report = result["report"]
-    assert report.exit_code == 0, report.error
-    assert report.frames == {"a": 200}
-    lines = (tmp_path / "a.jsonl").read_text().splitlines()
-    assert [json.loads(x)["seq"] for x in lines] == list(range(200))
-    counted = supervisor.metrics._families["framewire_bad_messages_total"].values
-    assert sum(counted.values()) == 300, counted
+    assert_every_frame_out(tmp_path, report(), supervisor, 300)

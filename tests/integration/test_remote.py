@@ -117,16 +117,31 @@ def results(path: Path) -> list[Any]:
     return [r["results"] for r in records]
 
 
+LOCAL = ("--set", "transport.listen=null", "--set", "transport.remote_stages=[]",
+         "--set", "transport.curve_secret_key=null", "--set", "transport.curve_clients=null")  # fmt: skip
+"""Overrides that run a job written for remote workers with every stage local."""
+
+
+def run_with_one_worker(config: Path, port: int, keys: Keys) -> str:
+    """The daemon and one `worker` command for its remote stage, both to the end; the hub's log."""
+    hub = start_cli("run", "-c", str(config), "--no-progress")
+    hub_log = Log(hub)
+    worker = start_worker(config, port, keys, keys.worker_secret)
+    try:
+        assert hub.wait(45) == 0, hub_log.text
+        assert worker.wait(15) == 0, worker.communicate()[1]  # the hub said STOP
+    finally:
+        stop(hub)
+        stop(worker)
+    return hub_log.text
+
+
 @pytest.fixture(scope="module")
 def local_results(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     """The same job with every stage local: what the remote runs must match exactly."""
     tmp = tmp_path_factory.mktemp("local")
     config = write_job(tmp, free_port(), Keys(tmp / "keys"))
-    done = run_cli(
-        "run", "-c", str(config), "--no-progress", "--set", "transport.listen=null", "--set",
-        "transport.remote_stages=[]", "--set", "transport.curve_secret_key=null", "--set", "transport.curve_clients=null",
-        timeout=60,
-    )  # fmt: skip
+    done = run_cli("run", "-c", str(config), "--no-progress", *LOCAL, timeout=60)
     assert done.returncode == 0, done.stderr
     found = results(tmp / "out" / "clip.jsonl")
     assert len(found) == FRAMES and any(r["faces"] for r in found)
@@ -137,16 +152,7 @@ def test_infer_runs_only_in_a_remote_worker_over_curve(tmp_path: Path, local_res
     port = free_port()
     keys = Keys(tmp_path / "keys")
     config = write_job(tmp_path, port, keys)
-    hub = start_cli("run", "-c", str(config), "--no-progress")
-    hub_log = Log(hub)
-    worker = start_worker(config, port, keys, keys.worker_secret)
-    try:
-        assert hub.wait(45) == 0, hub_log.text
-        assert worker.wait(15) == 0, worker.communicate()[1]  # the hub said STOP
-    finally:
-        stop(hub)
-        stop(worker)
-    assert "remote infer worker infer@" in hub_log.text
+    assert "remote infer worker infer@" in run_with_one_worker(config, port, keys)
     assert results(tmp_path / "out" / "clip.jsonl") == local_results
 
 
@@ -165,21 +171,10 @@ def test_a_fused_infer_stage_runs_remotely_and_sends_back_the_composited_image(
     config = write_job(tmp_path, port, keys, video=True, stages="{fuse: true}")
     local = run_cli(
         "run", "-c", str(config), "--no-progress", "--set", f"outputs.0.path={tmp_path}/local.jsonl",
-        "--set", f"outputs.1.path={tmp_path}/local.mp4", "--set", "transport.listen=null",
-        "--set", "transport.remote_stages=[]", "--set", "transport.curve_secret_key=null",
-        "--set", "transport.curve_clients=null", timeout=60,
+        "--set", f"outputs.1.path={tmp_path}/local.mp4", *LOCAL, timeout=60,
     )  # fmt: skip
     assert local.returncode == 0, local.stderr
-    hub = start_cli("run", "-c", str(config), "--no-progress")
-    hub_log = Log(hub)
-    worker = start_worker(config, port, keys, keys.worker_secret)
-    try:
-        assert hub.wait(45) == 0, hub_log.text
-        assert worker.wait(15) == 0, worker.communicate()[1]
-    finally:
-        stop(hub)
-        stop(worker)
-    assert "remote infer worker infer@" in hub_log.text
+    assert "remote infer worker infer@" in run_with_one_worker(config, port, keys)
     assert results(tmp_path / "out" / "clip.jsonl") == local_results
     remote_video, local_video = decoded(tmp_path / "out" / "clip.mp4"), decoded(tmp_path / "local.mp4")
     assert remote_video.shape == local_video.shape == (FRAMES, 144, 176, 3)
