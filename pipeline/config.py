@@ -323,6 +323,13 @@ class StagesConfig(_Model):
         description="Run every output in one process instead of one process each: fewer hops per "
         "frame; an output that is slow holds the others up.",
     )
+    stall_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="A worker that has held a frame this long without answering is taken as hung: "
+        "it is killed, counted (framewire_worker_stalls_total) and restarted like a worker that "
+        "died, and its frames go to the next worker. null: never.",
+    )
     on_frame_error: Literal["skip", "fail"] = Field(
         default="skip",
         description="A frame a stage fails on: skip passes it on unprocessed (counted, and the "

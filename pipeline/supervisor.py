@@ -93,6 +93,8 @@ class Plan:
     make_source: Callable[[Mapping[str, Any]], SourcePlan] | None = None
     """Builds a source added at run time from its config (raises ConfigError)."""
     restart_backoff_s: tuple[float, float] = (0.1, 5.0)
+    stall_timeout_s: float | None = None
+    """A local worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
     """First and longest delay before a dead worker is started again; doubles each time."""
     preload: tuple[str, ...] = ()
     """Modules every worker imports, imported once in the fork server that starts them."""
@@ -137,7 +139,10 @@ class _Worker:
     spec: WorkerSpec
     credits: int = 0
     ready: bool = False
-    inflight: dict[Key, None] = field(default_factory=dict)
+    inflight: dict[Key, float] = field(default_factory=dict)
+    """The frames it holds, with when each was sent (monotonic)."""
+    stalled: str | None = None
+    """Why the hub killed it as hung, for the death's message."""
     finished: bool = False
     route: bytes | None = None
     """A remote worker's routing id on the tcp:// listener; None for a local worker."""
@@ -405,6 +410,7 @@ class Supervisor:
             now = time.monotonic()
             if now >= next_check:
                 next_check = now + TICK_MS / 1000.0
+                self._check_stalls(now)
                 self._check_workers()
                 if self._remote_sock is not None:
                     self._check_remote(now)
@@ -757,7 +763,7 @@ class Supervisor:
                 tensors = state.tensors if worker.route is None else self._inline(key, state, worker)
                 if self._send(worker, header, tensors):
                     worker.credits -= 1
-                    worker.inflight[key] = None
+                    worker.inflight[key] = time.monotonic()
                 else:
                     queue.appendleft(key)
                     break
@@ -990,8 +996,27 @@ class Supervisor:
                 continue
             self._on_death(worker)
 
+    def _check_stalls(self, now: float) -> None:
+        """Kill a local worker that has held a frame past `stall_timeout_s`: a stage stuck in a
+        driver call or a deadlock never dies on its own. Its death then goes the usual way."""
+        limit = self.plan.stall_timeout_s
+        if limit is None:
+            return
+        for worker in self._workers.values():
+            if worker.route is not None or worker.stalled or not worker.inflight:
+                continue  # remote workers have their own timeout (remote_timeout_s)
+            key, sent = min(worker.inflight.items(), key=lambda item: item[1])
+            if now - sent <= limit:
+                continue
+            worker.stalled = (
+                f"hung: held frame {key[1]} of source {key[0]} for {now - sent:.1f} s, over stages.stall_timeout_s"
+            )
+            log.error("%s %s; killing it", worker.spec.title.removeprefix("framewire: "), worker.stalled)
+            self.metrics.inc("framewire_worker_stalls_total", stage=worker.stage)
+            worker.process.kill()
+
     def _on_death(self, worker: _Worker) -> None:
-        how = _exit_text(worker.process.exitcode)
+        how = worker.stalled or _exit_text(worker.process.exitcode)
         if worker.stage == "decode":
             source = self._sources[worker.spec.source_id or ""]
             source.error = f"decode worker for source {source.plan.source_id} died ({how})"
@@ -1374,6 +1399,7 @@ def _declare_metrics(metrics: Metrics) -> Metrics:
         ("framewire_corrupt_frames_total", "counter", "Frames the decoder reported as corrupt, per source."),
         ("framewire_rejected_messages_total", "counter", "Messages a ZeroMQ source dropped, per reason."),
         ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
+        ("framewire_worker_stalls_total", "counter", "Workers killed as hung (a frame held past stages.stall_timeout_s)."),
         ("framewire_remote_workers_lost_total", "counter", "Remote workers that left, failed or went silent."),
         ("framewire_workers", "gauge", "Workers up, per stage."),
         ("framewire_source_up", "gauge", "1 while a source is being read."),

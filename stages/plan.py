@@ -187,6 +187,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
         max_restarts=t.max_restarts,
         shutdown_timeout_s=t.shutdown_timeout_s,
         skip_failed_frames=config.stages.on_frame_error == "skip",
+        stall_timeout_s=config.stages.stall_timeout_s,
         stage_credits={"infer": max(t.credits_per_worker, 2 * config.engine.max_batch)},
         ipc_dir=t.ipc_dir,
         log_level=log_level,

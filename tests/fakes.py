@@ -134,6 +134,35 @@ def source(source_id: str, frames: int, **kwargs: Any) -> SyntheticSource:
     return SyntheticSource(source_id, frames, **kwargs)
 
 
+class HangsOnce(Passthrough):
+    """A middle stage that hangs for an hour on frame `seq` the first time any worker meets it
+    (a marker file says it did), as a stage stuck in a driver call would."""
+
+    def __init__(self, name: str, seq: int, marker: str) -> None:
+        super().__init__(name)
+        self.seq = seq
+        self.marker = marker
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        if frame.seq == self.seq and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(3600)
+        return super().process(frame)
+
+
+class HangingSink(RecordingSink):
+    """An output that hangs for an hour on frame `seq`."""
+
+    def __init__(self, path: str, seq: int) -> None:
+        super().__init__(path)
+        self.seq = seq
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        if frame.seq == self.seq:
+            time.sleep(3600)
+        return super().process(frame)
+
+
 def passthrough(name: str, max_sleep_s: float = 0.0, fail_seq: int | None = None) -> Passthrough:
     return Passthrough(name, max_sleep_s, fail_seq)
 

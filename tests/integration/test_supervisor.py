@@ -109,6 +109,35 @@ def test_death_of_an_output_ends_the_job_with_an_error(tmp_path: Path) -> None:
     assert time.monotonic() - started < 30
 
 
+def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path) -> None:
+    middle = (
+        ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
+        ("infer", 2, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung"))),
+        ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+    )
+    supervisor = Supervisor(make_plan(tmp_path, {"a": 80}, middle=middle, stall_timeout_s=1.0))
+    started = time.monotonic()
+    report = supervisor.run()
+    assert (tmp_path / "hung").exists()  # it did hang
+    assert report.exit_code == 0, report.error
+    assert report.restarts == {"infer": 1}
+    assert time.monotonic() - started < 30
+    assert_complete(tmp_path, "a", 80, ["pre", "inf", "post"])
+    stalls = supervisor.metrics._families["framewire_worker_stalls_total"].values
+    assert list(stalls.values()) == [1.0]
+
+
+def test_a_hung_output_ends_the_job_with_one_line(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path, {"a": 40}, stall_timeout_s=1.0)
+    plan = Plan(**{**plan.__dict__, "outputs": (("out", functools.partial(fakes.HangingSink, str(tmp_path), 5)),)})
+    started = time.monotonic()
+    report = Supervisor(plan).run()
+    assert report.exit_code == 1
+    assert report.error is not None and report.error.startswith("output[0] worker died (hung: held frame 5 of source a for ")
+    assert report.error.endswith("s, over stages.stall_timeout_s)")
+    assert time.monotonic() - started < 30
+
+
 def test_death_of_decode_ends_that_source_and_keeps_its_frames(tmp_path: Path) -> None:
     progress, killed = kill_when(20, "decode[0]")
     plan = make_plan(tmp_path, {"a": 5000, "b": 50}, source_kwargs={"a": {"delay_s": 0.002}})

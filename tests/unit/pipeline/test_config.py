@@ -193,3 +193,9 @@ def test_fused_stages_are_the_stages_a_remote_worker_can_take() -> None:
     expected = "transport.remote_stages: 'preprocess' is not a stage of this job (infer, outputs)"
     listen = ("transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[preprocess]")
     assert expected in error_of(MINIMAL, two, "stages.fuse=true", "stages.fuse_outputs=true", *listen)
+
+
+def test_a_stall_timeout_is_on_by_default_and_can_be_off() -> None:
+    assert load(MINIMAL).stages.stall_timeout_s == 60
+    assert load(MINIMAL, "stages.stall_timeout_s=null").stages.stall_timeout_s is None
+    assert "stages.stall_timeout_s: Input should be greater than 0" in error_of(MINIMAL, "stages.stall_timeout_s=0")
