@@ -11,6 +11,8 @@ stage read as they do when the stages run apart.
 
 from __future__ import annotations
 
+import functools
+
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -35,7 +37,7 @@ class _Members:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.members)
 
-    @property
+    @functools.cached_property
     def reads(self) -> tuple[str, ...]:
         """The slot regions the members read that no earlier member writes: what a remote worker of
         the fused stage must be sent (pipeline.remote)."""
@@ -46,7 +48,7 @@ class _Members:
             written.update(getattr(stage, "writes", ()) or ())
         return tuple(found)
 
-    @property
+    @functools.cached_property
     def writes(self) -> tuple[str, ...]:
         """The slot regions the members write that no later member reads: what a remote worker
         sends back. A region passed from one member to the next (the model input, from preprocess
@@ -58,7 +60,7 @@ class _Members:
             found += [w for w in getattr(stage, "writes", ()) or () if w not in found and w not in later]
         return tuple(found)
 
-    @property
+    @functools.cached_property
     def scratch(self) -> tuple[str, ...]:
         """The slot regions one member writes for a later one, inside the process: a remote worker
         keeps them in buffers of its own and does not send them back."""

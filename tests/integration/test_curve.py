@@ -26,9 +26,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def client(endpoint: str, server_public: bytes | None, keys: tuple[bytes, bytes] | None) -> tuple[zmq.Context, zmq.Socket]:
+def client(
+    endpoint: str, server_public: bytes | None, keys: tuple[bytes, bytes] | None, kind: int = zmq.PULL
+) -> tuple[zmq.Context, zmq.Socket]:
+    """A socket of `kind` connected to `endpoint`, a CurveZMQ client when given the keys."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
+    sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     if server_public is not None and keys is not None:
         sock.curve_serverkey = server_public
@@ -81,17 +84,6 @@ def test_a_public_certificate_is_not_a_secret_key(tmp_path: Path) -> None:
 # --- the ZeroMQ source ------------------------------------------------------------------------
 
 
-def producer(endpoint: str, server_public: bytes | None, keys: tuple[bytes, bytes] | None) -> tuple[zmq.Context, zmq.Socket]:
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 0)
-    if server_public is not None and keys is not None:
-        sock.curve_serverkey = server_public
-        sock.curve_publickey, sock.curve_secretkey = keys
-    sock.connect(endpoint)
-    return ctx, sock
-
-
 def frame_message(value: int) -> list[bytes]:
     header = {"width": 4, "height": 2, "format": "bgr24", "pts": value}
     return [json.dumps(header).encode(), bytes([value]) * 24]
@@ -115,7 +107,7 @@ def test_the_zmq_source_takes_frames_only_from_known_producers(tmp_path: Path) -
             (2, zmq.curve_keypair(), False),  # right server key, unknown producer
             (3, None, False),  # plain text
         ):
-            ctx, sock = producer(endpoint, server_public if keys else None, keys)  # type: ignore[arg-type]
+            ctx, sock = client(endpoint, server_public if keys else None, keys, zmq.PUSH)  # type: ignore[arg-type]
             try:
                 # An unauthorised PUSH never completes its handshake, so its send just waits queued.
                 sock.send_multipart(frame_message(value), zmq.NOBLOCK) if expected else _try_send(sock, value)

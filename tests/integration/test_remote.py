@@ -105,10 +105,14 @@ class Log:
         return "".join(self.lines)
 
 
-def stop(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(10)
+def stop(*processes: subprocess.Popen[str] | None) -> None:
+    """Kill what still runs of these (with their workers); None is a process never started."""
+    for process in processes:
+        if process is None:
+            continue
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
 
 
 def results(path: Path) -> list[Any]:
@@ -131,8 +135,7 @@ def run_with_one_worker(config: Path, port: int, keys: Keys) -> str:
         assert hub.wait(45) == 0, hub_log.text
         assert worker.wait(15) == 0, worker.communicate()[1]  # the hub said STOP
     finally:
-        stop(hub)
-        stop(worker)
+        stop(hub, worker)
     return hub_log.text
 
 
@@ -198,9 +201,7 @@ def test_a_killed_remote_worker_loses_no_frame(tmp_path: Path, local_results: li
         assert hub.wait(45) == 0, hub_log.text
         assert second.wait(15) == 0
     finally:
-        for process in (hub, first, second):
-            if process is not None:
-                stop(process)
+        stop(hub, first, second)
     assert "lost (silent for" in hub_log.text
     assert results(tmp_path / "out" / "clip.jsonl") == local_results
 
@@ -227,9 +228,7 @@ def test_a_worker_with_an_unknown_key_is_refused(tmp_path: Path, local_results: 
         assert hub.wait(45) == 0, hub_log.text
         assert good.wait(15) == 0
     finally:
-        for process in (hub, stranger, good):
-            if process is not None:
-                stop(process)
+        stop(hub, stranger, good)
     assert results(tmp_path / "out" / "clip.jsonl") == local_results
 
 
