@@ -66,3 +66,14 @@ def connect_as_client(sock: zmq.Socket, server_key: str, client_key: str | None,
     sock.curve_serverkey = server_public
     sock.curve_publickey = public
     sock.curve_secretkey = secret
+
+
+def close(ctx: zmq.Context | None, sock: zmq.Socket | None, auth: Any, linger: int | None = None) -> None:
+    """Close a socket served by `serve` in the order that does not hang: the socket (`linger` ms,
+    or its own LINGER option), then the ZAP handler's thread, then the context. Any may be None."""
+    if sock is not None:
+        sock.close(linger=linger)
+    if auth is not None:
+        auth.stop()
+    if ctx is not None:
+        ctx.term()

@@ -96,12 +96,5 @@ class Publisher:
                 return False
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+        curve.close(self._ctx, self._sock, self._auth)
+        self._ctx, self._sock, self._auth = None, None, None

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from pipeline import curve
 from pipeline import messages as msg
 from pipeline import remote
 from pipeline.control import Command, ControlServer
@@ -972,15 +973,8 @@ class Supervisor:
         )
 
     def _close_remote(self) -> None:
-        if self._remote_sock is not None:
-            self._remote_sock.close(linger=1000)
-            self._remote_sock = None
-        if self._remote_auth is not None:
-            self._remote_auth.stop()
-            self._remote_auth = None
-        if self._remote_ctx is not None:
-            self._remote_ctx.term()
-            self._remote_ctx = None
+        curve.close(self._remote_ctx, self._remote_sock, self._remote_auth, linger=1000)
+        self._remote_ctx, self._remote_sock, self._remote_auth = None, None, None
 
     # --- deaths and restarts -------------------------------------------------------------------
 

@@ -222,15 +222,8 @@ class ZmqReceiver:
         )
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+        curve.close(self._ctx, self._sock, self._auth, linger=0)
+        self._ctx, self._sock, self._auth = None, None, None
 
 
 def _short(value: object) -> str:
