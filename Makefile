@@ -20,6 +20,7 @@ run: $(STAMP)
 	$(BIN)/python run_pipeline.py $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(ARGS)
 
 validate: $(STAMP)

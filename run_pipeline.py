@@ -22,15 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
-
-log = logging.getLogger("framewire")
-
-# Further commands live beside the code they drive. Each module has
-# `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
-# with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
-COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli", "stages.worker_cli")
+from app.commands import DEFAULT_CONFIG, MODULES, add_config_args, load_job
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,11 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
-    _config_args(run)
+    add_config_args(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
 
     validate = sub.add_parser("validate", help="check a config and its model against its task")
-    _config_args(validate)
+    add_config_args(validate)
 
     subscribe = sub.add_parser("subscribe", help="print what a zmq output sends")
     subscribe.add_argument("--endpoint", required=True, help="e.g. tcp://127.0.0.1:5560")
@@ -66,22 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
     keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
 
-    for module_name in COMMAND_MODULES:
+    for module_name in MODULES:
         module = importlib.import_module(module_name)
-        module.register(sub, _config_args)
+        module.register(sub, add_config_args)
     return parser
-
-
-def _config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-c", "--config", default=str(DEFAULT_CONFIG), help="YAML config (default: %(default)s)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set sources.0.uri=clip.mp4 (repeatable)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,16 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from pipeline.config import load_config, resolve_inputs
-
-    return resolve_inputs(load_config(args.config, args.overrides), [ROOT])
-
-
 def _validate(args: argparse.Namespace) -> int:
-    from stages.plan import check
+    from app.plan import check
 
-    config = _load(args)
+    config = load_job(args)
     task = check(config)
     print(
         f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
@@ -167,13 +141,13 @@ class _Progress:
 
 def _run(args: argparse.Namespace, level: int) -> int:
     from pipeline.forkserver import start_early
-    from stages.preload import PRELOAD
+    from app.preload import PRELOAD
 
     start_early(PRELOAD)  # the workers' imports run beside ours, not after them
     from pipeline.supervisor import Supervisor
-    from stages.plan import build_plan
+    from app.plan import build_plan
 
-    config = _load(args)
+    config = load_job(args)
     plan = build_plan(config, log_level=level)
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     report = Supervisor(plan, progress=progress).run()

@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     from engines.quantize import video_frames
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import UsageError
-    from stages.plan import build_task
+    from app.plan import build_task
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")

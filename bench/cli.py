@@ -1,14 +1,13 @@
-"""`run_pipeline.py bench <what>`: each benchmark is a module with `add_arguments(parser)` and
-`run(args) -> int`, imported only when it runs."""
+"""`run_pipeline.py bench <what>` (or `python -m bench <what>` from a checkout): each benchmark is a
+module with `add_arguments(parser, add_config_args)` and `run(args) -> int`.
+
+Not part of the installed package: `app.commands.bench` loads this from the checkout when asked."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
-import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pipeline": ("bench.pipeline", "a config's job against the equivalent single-process loop"),
@@ -21,24 +20,16 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
-def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
-    bench = sub.add_parser("bench", help="benchmarks (JSON plus a table)")
-    kinds = bench.add_subparsers(dest="bench", required=True)
+def main(argv: Sequence[str]) -> int:
+    """Parse `argv` (what follows `bench`) and run that benchmark; its exit code."""
+    from app.commands import add_config_args
+
+    parser = argparse.ArgumentParser(prog="run_pipeline.py bench", description="benchmarks (JSON plus a table)")
+    kinds = parser.add_subparsers(dest="bench", required=True)
     for name, (module_name, text) in BENCHMARKS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            # A benchmark whose module is not there (yet) is listed, and says so when asked for.
-            parser = kinds.add_parser(name, help=f"{text} (not available: no module {module_name})")
-            parser.set_defaults(handler=functools.partial(_missing, name, module_name))
-            continue
-        parser = kinds.add_parser(name, help=text)
-        module.add_arguments(parser, add_config_args)
-        parser.set_defaults(handler=module.run)
-
-
-def _missing(name: str, module_name: str, args: argparse.Namespace) -> int:
-    print(f"framewire: bench {name} is not available in this build (no module {module_name})", file=sys.stderr)
-    return 2
+        module = importlib.import_module(module_name)
+        kind = kinds.add_parser(name, help=text)
+        module.add_arguments(kind, add_config_args)
+        kind.set_defaults(handler=module.run)
+    args = parser.parse_args(list(argv))
+    return int(args.handler(args))

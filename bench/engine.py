@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from bench import variants as vmod
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import UsageError
-    from stages.plan import build_task
+    from app.plan import build_task
 
     batches = _int_list(args.batches, "--batches")
     if args.frames < 1 or args.repeat < 1:
@@ -173,8 +173,9 @@ def measure(job: Mapping[str, Any]) -> dict[str, Any]:
     import psutil
 
     from bench import variants as vmod
-    from engines.quantize import task_feeds, video_frames
-    from stages.plan import build_task
+    from app.engine_inputs import task_feeds
+    from engines.quantize import video_frames
+    from app.plan import build_task
 
     config, variant = job["config"], job["variant"]
     batches: list[int] = list(job["batches"])

@@ -329,3 +329,34 @@ def say(text: str) -> None:
 
 def stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rtsp_server(port: int, clip: str) -> Any:
+    """The checkout's loopback RTSP server (tests/support/rtsp_server.py, the one the tests use),
+    serving `clip` looped at its own rate on rtsp://127.0.0.1:PORT/live; returns once it listens.
+
+    Started as a program, not imported: benchmarks run test tools, they do not import test code.
+    """
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.rtsp_server", "--port", str(port), "--clip", clip],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("serving"):
+        process.kill()
+        raise RuntimeError(f"the RTSP server of tests/support did not start: {line!r}")
+    return process
+

@@ -1,6 +1,6 @@
 """`bench latency -c FILE`: a live source faster than the model, for `--seconds`, once per policy.
 
-The source is real: the project's loopback RTSP server (`tests/rtsp_server.py`) serves a shipped
+The source is real: the project's loopback RTSP server (`tests/support/rtsp_server.py`) serves a shipped
 clip (`--clip`, bikes.mp4 by default), re-encoded as a camera would send it (H.264, no B-frames, one
 key frame a second), looped and paced at the clip's frame rate; the daemon reads it over RTSP/TCP
 with FFmpeg, as it reads a camera. The job is the config's first source with its URI replaced by
@@ -67,7 +67,6 @@ def add_arguments(
 def run(args: argparse.Namespace) -> int:
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import ConfigError
-    from tests.rtsp_server import free_port, spawn
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     budget = config.sources[0].latency_budget_ms
@@ -77,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
         )
     clip = clip_facts(args.clip)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fw-latency-"))
-    port = free_port()
+    port = harness.free_port()
     uri = f"rtsp://127.0.0.1:{port}/live"
     harness.stderr(f"bench latency: serving {args.clip} at {uri}")
-    server = spawn(port, clip=args.clip)
+    server = harness.rtsp_server(port, args.clip)
     runs: dict[str, dict[str, Any]] = {}
     try:
         for policy in args.policy:
@@ -100,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         "overrides": list(args.overrides),
         "seconds": args.seconds,
         "source": {
-            "server": "tests/rtsp_server.py (H.264 over RTP, interleaved in the RTSP TCP connection)",
+            "server": "tests/support/rtsp_server.py (H.264 over RTP, interleaved in the RTSP TCP connection)",
             "uri": uri,
             "clip": str(Path(args.clip).resolve().relative_to(harness.ROOT))
             if Path(args.clip).resolve().is_relative_to(harness.ROOT)
@@ -170,8 +169,8 @@ def run_policy(
     from bench.pipeline import _stop_fork_server, jsonl_paths
     from pipeline.forkserver import start_early
     from pipeline.supervisor import Supervisor
-    from stages.plan import build_plan
-    from stages.preload import PRELOAD
+    from app.plan import build_plan
+    from app.preload import PRELOAD
 
     _stop_fork_server()  # each run starts its own, as `run_pipeline.py run` does
     done_times: list[float] = []

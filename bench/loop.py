@@ -33,8 +33,8 @@ class _Source:
     """One source of the loop: its reader, its frames, its model input buffer, its outputs."""
 
     config: Any  # pipeline.config.SourceConfig
-    reader: Any  # stages.decode.VideoReader
-    info: Any  # stages.decode.StreamInfo
+    reader: Any  # media.video_reader.VideoReader
+    info: Any  # media.video_reader.StreamInfo
     frames: Iterator[Any]
     input: Any  # np.ndarray shaped as the task's input
     count: int = 0
@@ -58,11 +58,12 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
     from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path, validate_config
     from pipeline.frame import Frame
     from pipeline.publish import Publisher
-    from stages.decode import VideoReader, local_path
+    from media.video_reader import VideoReader
+    from pipeline.uris import local_path
     from stages.outputs.jsonl import JsonlWriter
     from stages.outputs.record import frame_record
-    from stages.outputs.video_file import VideoFileWriter
-    from stages.plan import build_composites, build_task
+    from media.video_writer import VideoFileWriter
+    from app.plan import build_composites, build_task
     from stages.tasks.base import Result
 
     imported = time.time()

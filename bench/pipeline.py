@@ -285,8 +285,8 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
     """
     from pipeline.forkserver import start_early
     from pipeline.supervisor import Supervisor
-    from stages.plan import build_plan
-    from stages.preload import PRELOAD
+    from app.plan import build_plan
+    from app.preload import PRELOAD
 
     if fresh:
         _stop_fork_server()

@@ -298,7 +298,7 @@ class StillSource:
         }
 
     def frames(self) -> Any:
-        # As a decoder converting into the slot (stages.decode.PendingImage), with no work to do:
+        # As a decoder converting into the slot (media.video_reader.PendingImage), with no work to do:
         # what is left is the daemon's own cost.
         picture = _Converted((self.height, self.width, 3))
         for i in range(self.count):

@@ -39,10 +39,6 @@ class Variant:
         return f"{self.backend}:{self.device}:{self.precision}"
 
     @property
-    def is_reference(self) -> bool:
-        return self.backend == "onnxruntime" and self.device == "cpu" and self.precision == "fp32"
-
-    @property
     def uses_int8_model(self) -> bool:
         """ONNX Runtime on the CPU runs INT8 from a quantised model file (QDQ); the TensorRT paths
         calibrate the fp32 model themselves."""
@@ -145,7 +141,7 @@ def open_variant(
     """An engine of `variant` as an infer worker would open it (batch rewrite when `max_batch > 1`)."""
     from engines.registry import open_engine
     from pipeline.config import SourceConfig
-    from stages.plan import engine_axes, engine_options
+    from app.plan import engine_axes, engine_options
 
     engine = engine_config(config.engine, variant, max_batch, video)
     job = config.model_copy(update={"engine": engine, "sources": (SourceConfig(id="bench", uri=video),)})
@@ -163,7 +159,8 @@ def ensure_int8_model(
         return given, None
     from dataclasses import asdict
 
-    from engines.quantize import quantize_model, task_feeds, video_frames
+    from app.engine_inputs import task_feeds
+    from engines.quantize import quantize_model, video_frames
 
     folder = Path(workdir or tempfile.mkdtemp(prefix="framewire-bench-int8-"))
     output = folder / (Path(config.model.path).stem + "-int8.onnx")

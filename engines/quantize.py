@@ -42,8 +42,6 @@ from pipeline.errors import ConfigError, EngineError
 if TYPE_CHECKING:
     import onnx
 
-    from stages.tasks.base import Task
-
 logger = logging.getLogger(__name__)
 
 QUANT_OPSET = 13
@@ -102,7 +100,7 @@ def _calibration_reader_base() -> type:
 class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
     """ONNX Runtime's `CalibrationDataReader` over an iterator of model feeds (`{input name: array}`).
 
-    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `task_feeds(...)`.
+    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `app.engine_inputs.task_feeds(...)`.
     `count` says how many feeds were handed out; `limit` stops after that many.
     """
 
@@ -121,20 +119,10 @@ class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
         return {name: np.ascontiguousarray(value) for name, value in feed.items()}
 
 
-def task_feeds(task: Task, images: Iterable[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
-    """Model feeds of BGR frames through the task's own preprocessing (a fresh array per frame)."""
-    for image in images:
-        height, width = image.shape[:2]
-        spec = task.input_spec(width, height)
-        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
-        task.preprocess(image, buffer)
-        yield {task.input_name: buffer}
-
-
 def video_frames(uri: str, count: int, *, stride: int | None = None) -> Iterator[np.ndarray]:
     """Up to `count` BGR frames of a video, every `stride`-th one (default: spread over the whole
     video when it says how long it is, else consecutive)."""
-    from stages.decode import VideoReader
+    from media.video_reader import VideoReader
 
     if count < 1:
         return

@@ -190,11 +190,6 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None) -> Choi
 _logged: set[Choice] = set()
 
 
-def resolve_backend(backend: Backend) -> Backend:
-    """The backend `backend` stands for on this machine (`auto` resolved)."""
-    return choose_backend(EngineConfig(backend=backend)).backend
-
-
 def infer_workers(config: EngineConfig, machine: Machine | None = None) -> int:
     """Infer processes: len(devices) x processes_per_device on GPUs, processes_per_device on the CPU."""
     gpu = choose_backend(config, machine).gpu

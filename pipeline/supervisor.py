@@ -71,7 +71,7 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class Plan:
-    """The job, as processes: built by the layer that knows models (stages.plan), run here."""
+    """The job, as processes: built by the layer that knows models (app.plan), run here."""
 
     middle: tuple[tuple[str, int, Callable[[], Any]], ...]
     """(stage name, workers, stage factory) in order: preprocess, infer, postprocess, composite."""

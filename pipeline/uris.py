@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 SourceKind = Literal["file", "stream", "camera", "zmq"]
 
@@ -36,6 +37,17 @@ def source_kind(uri: str) -> SourceKind:
     if found is None and uri.startswith("/dev/"):
         return "camera"
     return "file"
+
+
+def local_path(uri: str) -> str | None:
+    """The file path that `uri` names (a plain path or a file:// URI), or None for other schemes."""
+    found = scheme(uri)
+    if found is None:
+        return uri
+    if found != "file":
+        return None
+    parts = urlsplit(uri)
+    return unquote(parts.path) if not parts.netloc or parts.netloc == "localhost" else None
 
 
 def is_live(uri: str) -> bool:

@@ -13,10 +13,10 @@ from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_pat
 from pipeline.errors import FramewireError
 from pipeline.frame import Frame, StageContext
 from pipeline.publish import Publisher
-from stages.decode import StreamInfo
+from media.video_reader import StreamInfo
 from stages.outputs.jsonl import JsonlWriter
 from stages.outputs.record import RECORD_VERSION, composited_image, frame_record
-from stages.outputs.video_file import VideoFileWriter
+from media.video_writer import VideoFileWriter
 
 log = logging.getLogger(__name__)
 

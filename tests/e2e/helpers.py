@@ -82,7 +82,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def decoded_frames(path: Path) -> list[np.ndarray]:
     """The frames exactly as framewire's decoder gives them to the pipeline."""
-    from stages.decode import VideoReader
+    from media.video_reader import VideoReader
 
     with VideoReader("ref", str(path)) as reader:
         reader.open()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import zmq
 
-from tests import clips
+from tests.support import clips
 from tests.e2e.helpers import (
     CLI,
     ROOT,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import clips
+from tests.support import clips
 from tests.e2e.helpers import ROOT, U2NETP, VIDEOS, error_lines, face_job, read_jsonl, run_cli
 
 pytestmark = pytest.mark.timeout(120)

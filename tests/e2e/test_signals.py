@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests import clips
+from tests.support import clips
 from tests.e2e.helpers import VIDEOS, face_job, read_jsonl, start_cli
 
 pytestmark = pytest.mark.timeout(120)

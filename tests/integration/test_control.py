@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.supervisor import HttpSettings, Plan, Report, SourcePlan, Supervisor
-from tests import fakes
+from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,7 +15,7 @@ import zmq.auth
 from pipeline.config import SourceConfig
 from pipeline.errors import FramewireError, SourceError
 from pipeline.publish import Publisher
-from pipeline.zmq_source import PushedFrame, ZmqReceiver
+from sources.zmq_wire import PushedFrame, ZmqReceiver
 
 pytestmark = pytest.mark.timeout(60)
 

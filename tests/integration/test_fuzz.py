@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
-from tests import fakes
+from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import run_pipeline
-from tests.clips import make_clip
+from tests.support.clips import make_clip
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,11 +21,11 @@ import zmq
 
 from pipeline.config import SourceConfig
 from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
-from stages.plan import source_plan
-from tests import fakes, live_fakes
-from tests.clips import make_clip
-from tests.live_fakes import records
-from tests.rtsp_server import free_port, spawn
+from app.plan import source_plan
+from tests.support import fakes, live_fakes
+from tests.support.clips import make_clip
+from tests.support.live_fakes import records
+from tests.support.rtsp_server import free_port, spawn
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,4 +1,4 @@
-"""The supervisor with real spawned processes over ipc://, model-free stages (tests/fakes.py)."""
+"""The supervisor with real spawned processes over ipc://, model-free stages (tests/support/fakes.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
-from tests import fakes
+from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clips import make_clip
+from tests.support.clips import make_clip
 
 ROOT = Path(__file__).resolve().parents[3]
 

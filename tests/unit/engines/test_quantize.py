@@ -17,12 +17,12 @@ from engines.quantize import (
     prepare_float_model,
     quantization_info,
     quantize_model,
-    task_feeds,
     video_frames,
 )
 from pipeline.errors import ConfigError, EngineError
 from stages.tasks import resolve_task
-from tests.clips import make_clip
+from app.engine_inputs import task_feeds
+from tests.support.clips import make_clip
 
 pytestmark = pytest.mark.timeout(120)
 

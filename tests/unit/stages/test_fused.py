@@ -13,7 +13,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.frame import Frame, StageContext
 from stages.fused import Fused, MemberFailed, Outputs
-from stages.plan import build_plan
+from app.plan import build_plan
 
 pytestmark = pytest.mark.timeout(60)
 

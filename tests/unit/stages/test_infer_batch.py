@@ -17,7 +17,7 @@ from pipeline.errors import EngineError
 from pipeline.frame import Frame, StageContext
 from pipeline.tensors import TensorSpec
 from stages.infer import Infer
-from stages.plan import _infer, build_task
+from app.plan import _infer, build_task
 from stages.tasks.base import Task
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import av
 import av.container
@@ -22,26 +20,14 @@ import cv2
 import numpy as np
 
 from pipeline.errors import SourceError
-from pipeline.uris import redact as redact  # re-exported: stages and tests use it from here
+from pipeline.uris import local_path, redact
 
 logger = logging.getLogger(__name__)
 
 _FALLBACK_FPS = Fraction(25)
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
 _BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
 _JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
-
-
-def local_path(uri: str) -> str | None:
-    """The file path that `uri` names (a plain path or a file:// URI), or None for other schemes."""
-    match = _SCHEME.match(uri)
-    if not match:
-        return uri
-    if match.group(1).lower() != "file":
-        return None
-    parts = urlsplit(uri)
-    return unquote(parts.path) if not parts.netloc or parts.netloc == "localhost" else None
 
 
 @dataclass(frozen=True)
@@ -402,27 +388,3 @@ def to_bgr(frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
     if not np.shares_memory(converted, out):  # libswscale's path, or OpenCV refused `dst`
         np.copyto(out, converted)
     return out
-
-
-class FileSource:
-    """A `VideoReader` as the decode worker reads it (`pipeline.frame.FrameSource`): plain dicts and tuples.
-
-    `open()` returns `StreamInfo.to_dict()` plus, for a local file, `"path"`: its absolute path, which
-    the video_file output needs to copy the audio (the `uri` there is redacted, never used to open).
-    """
-
-    def __init__(self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None) -> None:
-        self.reader = VideoReader(source_id, uri, options=options)
-
-    def open(self) -> dict[str, Any]:
-        info = self.reader.open().to_dict()
-        path = local_path(self.reader.uri)
-        if path is not None:
-            info["path"] = os.path.abspath(path)
-        return info
-
-    def frames(self) -> Iterator[tuple[np.ndarray | PendingImage, int, float]]:
-        yield from self.reader.pending_frames()  # converted straight into the slot
-
-    def close(self) -> None:
-        self.reader.close()

@@ -13,17 +13,10 @@ import numpy as np
 import pytest
 
 from pipeline.errors import SourceError
-from stages.decode import (
-    DecodedFrame,
-    FileSource,
-    StreamInfo,
-    VideoReader,
-    local_path,
-    next_pts,
-    redact,
-    to_bgr,
-)
-from tests import clips
+from media.video_reader import DecodedFrame, StreamInfo, VideoReader, next_pts, to_bgr
+from pipeline.uris import local_path, redact
+from sources.file import FileSource
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(60)
 

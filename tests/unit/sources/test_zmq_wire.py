@@ -1,4 +1,4 @@
-"""The ZeroMQ source's message checks (pipeline.zmq_source): every bad message is refused with a
+"""The ZeroMQ source's message checks (sources.zmq_wire): every bad message is refused with a
 bounded reason, before anything is allocated for it; nothing else is ever raised."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import SourceError
-from pipeline.zmq_source import EOS, REASONS, PushedFrame, Rejected, ZmqReceiver, jpeg_size, parse
+from sources.zmq_wire import EOS, REASONS, PushedFrame, Rejected, ZmqReceiver, jpeg_size, parse
 
 pytestmark = pytest.mark.timeout(60)
 

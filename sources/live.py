@@ -9,7 +9,7 @@ same timeline: their pts go on from the last one, past the gap. A stream that co
 size ends the source with an error (the frame pool and the outputs are sized for the first one).
 
 Credentials in a URI appear only as `***` in every log line and error (`pipeline.uris.redact`).
-No sockets here: the ZeroMQ source's socket is `pipeline.zmq_source`, this module decodes its bytes.
+Frames pushed over ZeroMQ are `sources.zmq`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ from typing import Any
 import cv2
 import numpy as np
 
-from pipeline.config import CameraConfig, SourceConfig
+from pipeline.config import CameraConfig
 from pipeline.errors import SourceError
-from pipeline.frame import FrameSource, SourceInterrupted
-from pipeline.uris import redact, scheme, source_kind, zmq_endpoint
-from pipeline.zmq_source import EOS, PushedFrame, ZmqReceiver
-from stages.decode import FileSource, PendingImage, StreamInfo, VideoReader, next_pts
+from pipeline.frame import SourceInterrupted
+from pipeline.uris import redact, scheme
+from media.video_reader import PendingImage, StreamInfo, VideoReader, next_pts
 
 logger = logging.getLogger(__name__)
 
@@ -93,35 +92,6 @@ def camera_options(camera: CameraConfig | None, extra: Mapping[str, str] | None 
             options["input_format"] = camera.input_format
     options.update(extra or {})
     return options
-
-
-def build_source(config: SourceConfig) -> FrameSource:
-    """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source."""
-    kind = source_kind(config.uri)
-    backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
-    if kind == "zmq":
-        return ZmqSource(
-            config.id, config.uri, curve_secret_key=config.curve_secret_key, curve_clients=config.curve_clients
-        )
-    if kind == "camera":
-        options = camera_options(config.camera, config.ffmpeg_options)
-        return LiveSource(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s,
-                          backoff=backoff)
-    if kind == "stream":
-        options = stream_options(
-            config.uri,
-            timeout_s=config.timeout_s,
-            rtsp_transport=config.rtsp_transport,
-            extra=config.ffmpeg_options,
-        )
-        if config.is_live:
-            return LiveSource(
-                config.id, config.uri, options=options, timeout_s=config.timeout_s, backoff=backoff
-            )
-        return FileSource(config.id, config.uri, options=options)
-    if config.is_live:  # a file said to be live: read again from the start each time it ends
-        return LiveSource(config.id, config.uri, options={}, timeout_s=None, backoff=backoff)
-    return FileSource(config.id, config.uri)
 
 
 class LiveSource:
@@ -278,111 +248,3 @@ class LiveSource:
             out = self._last_pts + step
         self._last_pts = out
         return out
-
-
-class ZmqSource:
-    """Frames another program pushes to a `zmq+tcp://` or `zmq+ipc://` endpoint, as BGR.
-
-    The socket and the message checks are `pipeline.zmq_source`; here the bytes become a frame
-    (a JPEG is decoded with OpenCV). `open()` waits for the first valid frame, which fixes the
-    stream's size; a later frame of another size is dropped and counted (reason "size"). The time
-    base is microseconds; the frame rate in the stream info is a nominal 25.
-    """
-
-    FPS = Fraction(25)
-    TIME_BASE = Fraction(1, 1_000_000)
-
-    def __init__(
-        self, source_id: str, uri: str, *, curve_secret_key: str | None = None, curve_clients: str | None = None
-    ) -> None:
-        self.source_id = source_id
-        self.uri = uri
-        self.receiver = ZmqReceiver(
-            source_id, zmq_endpoint(uri), curve_secret_key=curve_secret_key, curve_clients_dir=curve_clients
-        )
-        self._interrupted: Callable[[], bool] = lambda: False
-        self._size: tuple[int, int] | None = None
-        self._pending: tuple[np.ndarray, int] | None = None
-        self._last_pts: int | None = None
-        self._started = 0.0
-
-    def set_interrupt(self, interrupted: Callable[[], bool]) -> None:
-        self._interrupted = interrupted
-
-    def open(self) -> dict[str, Any]:
-        """Bind, then wait for the first valid frame; SourceInterrupted if told to stop first."""
-        self.receiver.open()
-        self._started = time.monotonic()
-        logger.info("source %s: waiting for frames on %s", self.source_id, self.receiver.endpoint)
-        while self._pending is None:
-            if self._interrupted():
-                raise SourceInterrupted(self.source_id)
-            got = self.receiver.receive(int(WAIT_SLICE_S * 1000))
-            if got == EOS:
-                raise SourceError(
-                    f"source {self.source_id}: the producer ended the stream before its first frame"
-                )
-            if isinstance(got, PushedFrame):
-                self._pending = self._decode(got)
-        image = self._pending[0]
-        return {
-            "source_id": self.source_id,
-            "uri": self.uri,
-            "width": int(image.shape[1]),
-            "height": int(image.shape[0]),
-            "fps": f"{self.FPS.numerator}/{self.FPS.denominator}",
-            "time_base": f"{self.TIME_BASE.numerator}/{self.TIME_BASE.denominator}",
-            "frame_count": None,
-            "duration_s": None,
-            "has_audio": False,
-            "audio_codec": None,
-            "is_file": False,
-            "live": True,
-        }
-
-    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
-        if self._pending is not None:
-            image, pts = self._pending
-            self._pending = None
-            yield image, pts, float(pts * self.TIME_BASE)
-        while True:
-            got = self.receiver.receive(int(WAIT_SLICE_S * 1000))
-            if got is None:
-                if self._interrupted():
-                    return
-                continue
-            if not isinstance(got, PushedFrame):  # EOS
-                logger.info("source %s: the producer ended the stream", self.source_id)
-                return
-            decoded = self._decode(got)
-            if decoded is not None:
-                image, pts = decoded
-                yield image, pts, float(pts * self.TIME_BASE)
-
-    def stats(self) -> dict[str, Any]:
-        return {"rejected": dict(self.receiver.rejected)}
-
-    def close(self) -> None:
-        self.receiver.close()
-
-    def _decode(self, got: PushedFrame) -> tuple[np.ndarray, int] | None:
-        """The frame as BGR and its pts, or None (counted) when it cannot be used."""
-        if self._size is not None and (got.width, got.height) != self._size:
-            self.receiver.reject(
-                "size", f"a {got.width}x{got.height} frame in a {self._size[0]}x{self._size[1]} stream"
-            )
-            return None
-        image: np.ndarray
-        if got.format == "bgr24":
-            image = np.frombuffer(got.data, dtype=np.uint8).reshape(got.height, got.width, 3)
-        else:
-            decoded = cv2.imdecode(np.frombuffer(got.data, dtype=np.uint8), cv2.IMREAD_COLOR)
-            if decoded is None or decoded.shape[:2] != (got.height, got.width):
-                self.receiver.reject("payload", "the JPEG does not decode")
-                return None
-            image = decoded
-        self._size = (got.width, got.height)
-        raw = got.pts if got.pts is not None else int((time.monotonic() - self._started) * 1_000_000)
-        pts = next_pts(raw, self._last_pts, round(1 / (self.FPS * self.TIME_BASE)))
-        self._last_pts = pts
-        return image, pts

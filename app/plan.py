@@ -22,8 +22,8 @@ from pipeline.remote import RemoteSettings
 from pipeline.supervisor import HttpSettings, Plan, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
-from stages.live import build_source
-from stages.preload import PRELOAD
+from sources import build_source
+from app.preload import PRELOAD
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
@@ -63,7 +63,7 @@ def engine_axes(config: Config, task: Task) -> dict[str, tuple[int, ...]]:
 
 def engine_options(config: Config, task: Task, index: int = 0) -> OpenOptions:
     """Infer worker `index`'s GPU, and the task's data a TensorRT build needs (read only if built)."""
-    from stages.engine_inputs import calibration_batches, source_input_shapes
+    from app.engine_inputs import calibration_batches, source_input_shapes
 
     calibration = config.engine.calibration
     return OpenOptions(

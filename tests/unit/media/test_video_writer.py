@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from pipeline.errors import FramewireError
-from stages.decode import StreamInfo, VideoReader
-from stages.outputs.video_file import VideoFileWriter
-from tests import clips
+from media.video_reader import StreamInfo, VideoReader
+from media.video_writer import VideoFileWriter
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,7 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.errors import FramewireError
-from stages.decode import StreamInfo, local_path
+from media.video_reader import StreamInfo
+from pipeline.uris import local_path
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""What a TensorRT build needs to know from the task: the input shapes the sources will feed (its
-optimisation profile) and preprocessed frames of a video (INT8 calibration).
+"""What an engine build needs to know from the task: the input shapes the sources will feed (a
+TensorRT optimisation profile) and preprocessed frames of a video (INT8 calibration, quantisation).
 
 Both go through the task's own `input_spec` and `preprocess`, so an engine is built for, and
 calibrated on, exactly what the preprocess stage writes into the frame pool.
@@ -8,12 +8,12 @@ calibrated on, exactly what the preprocess stage writes into the frame pool.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from pipeline.config import SourceConfig
-from stages.decode import VideoReader
+from media.video_reader import VideoReader
 from stages.tasks.base import Task
 
 logger = logging.getLogger(__name__)
@@ -45,3 +45,13 @@ def calibration_batches(task: Task, video: str, frames: int) -> Iterator[np.ndar
             task.preprocess(frame.image, out)
             yield out
     logger.debug("calibration: read %s", video)
+
+
+def task_feeds(task: Task, images: Iterable[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
+    """Model feeds of BGR frames through the task's own preprocessing (a fresh array per frame)."""
+    for image in images:
+        height, width = image.shape[:2]
+        spec = task.input_spec(width, height)
+        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
+        task.preprocess(image, buffer)
+        yield {task.input_name: buffer}

@@ -1,4 +1,4 @@
-"""Live sources in one process (stages.live): FFmpeg options, building the right source, the
+"""Live sources in one process (sources): FFmpeg options, building the right source, the
 camera error, backoff, redaction, interruption, read timeouts and reconnects against the tests'
 RTSP server, and the ZeroMQ source's decoding."""
 
@@ -22,9 +22,11 @@ import zmq
 from pipeline.config import CameraConfig, SourceConfig
 from pipeline.errors import SourceError
 from pipeline.frame import LiveFrameSource, SourceInterrupted
-from stages.decode import FileSource
-from stages.live import Backoff, LiveSource, ZmqSource, build_source, camera_options, stream_options
-from tests.rtsp_server import free_port, spawn
+from sources.file import FileSource
+from sources import build_source
+from sources.live import Backoff, LiveSource, camera_options, stream_options
+from sources.zmq import ZmqSource
+from tests.support.rtsp_server import free_port, spawn
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser(
@@ -31,15 +27,15 @@ def build_engine(args: argparse.Namespace) -> int:
     from engines import cuda
     from engines.registry import build_request
     from engines.trt_build import ensure_engine, import_tensorrt
-    from pipeline.config import load_config, resolve_inputs
-    from stages.plan import build_task, check, engine_axes, engine_options
+    from app.commands import load_job
+    from app.plan import build_task, check, engine_axes, engine_options
 
-    overrides = list(args.overrides)
+    overrides: list[str] = []
     if args.precision:
         overrides.append(f"engine.precision={args.precision}")
     if args.calibration_video:
         overrides.append(f"engine.calibration.video={args.calibration_video}")
-    config = resolve_inputs(load_config(args.config, overrides), [ROOT])
+    config = load_job(args, overrides)
     check(config)
     import_tensorrt()
     task = build_task(config)

@@ -13,11 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser("worker", help="run workers of one stage for a daemon on another host")
@@ -43,10 +39,10 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
 def run_worker(args: argparse.Namespace) -> int:
     import re
 
-    from pipeline.config import load_config, resolve_inputs
+    from app.commands import load_job
     from pipeline.errors import UsageError
     from pipeline.remote import MAX_CREDITS, run_workers
-    from stages.plan import PRELOAD, build_plan
+    from app.plan import PRELOAD, build_plan
 
     if not re.match(r"^tcp://[^/]+:\d{1,5}$", args.connect):
         raise UsageError(f"--connect {args.connect!r}: expected tcp://HOST:PORT (the daemon's transport.listen)")
@@ -56,7 +52,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers {args.workers}: expected 1..64")
     if args.credits is not None and not 1 <= args.credits <= MAX_CREDITS:
         raise UsageError(f"--credits {args.credits}: expected 1..{MAX_CREDITS}")
-    config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
+    config = load_job(args)
     names = config.stage_names()
     if args.stage not in names:
         raise UsageError(f"--stage {args.stage!r}: this config's stages are {', '.join(names)}")

@@ -1,7 +1,7 @@
 """A small real RTSP server for the tests: H.264 over RTP (RFC 6184), TCP-interleaved or UDP.
 
 FFmpeg's RTSP muxer only pushes to a server (its `listen` flag is for input), and no RTSP server
-comes from PyPI, so the tests serve their own: `python -m tests.rtsp_server --port P` encodes a
+comes from PyPI, so the tests serve their own: `python -m tests.support.rtsp_server --port P` encodes a
 small clip with libx264 (or, with `--clip FILE`, the frames of a real video at its own size and
 rate) and serves it at `rtsp://127.0.0.1:P/live`, looping, paced at real time
 (`ffmpeg -re` semantics), to every client that asks (OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN;
@@ -32,7 +32,7 @@ CLOCK = 90000
 
 def encode_clip(width: int, height: int, frames: int, fps: int) -> list[bytes]:
     """The clip as H.264 Annex B access units, one per frame, each key frame with SPS and PPS."""
-    from tests.clips import draw_frame
+    from tests.support.clips import draw_frame
 
     return encode_frames((draw_frame(i, width, height) for i in range(frames)), width, height, fps)
 
@@ -266,17 +266,17 @@ if __name__ == "__main__":
 def spawn(
     port: int, *, width: int = 160, height: int = 120, frames: int = 50, fps: int = 25, clip: str | None = None
 ) -> Any:
-    """Start the server in a child process (`python -m tests.rtsp_server`); returns once it listens.
+    """Start the server in a child process (`python -m tests.support.rtsp_server`); returns once it listens.
     With `clip`, it serves that video's frames (re-encoded, looped) instead of a drawn clip."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.rtsp_server", "--port", str(port), "--width", str(width),
+        [sys.executable, "-m", "tests.support.rtsp_server", "--port", str(port), "--width", str(width),
          "--height", str(height), "--frames", str(frames), "--fps", str(fps),
          *(["--clip", clip] if clip else [])],
         cwd=root, env=env, stdout=subprocess.PIPE, text=True,

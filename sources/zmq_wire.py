@@ -16,7 +16,7 @@ With `curve_secret_key` the socket is a CurveZMQ server: traffic is encrypted an
 `curve_clients`, only producers whose public certificate is in that folder may connect.
 
 Model-free and OpenCV-free: this module yields the checked header and the payload bytes; turning
-them into a BGR frame is `stages.live`'s job.
+them into a BGR frame is `sources.zmq`'s job.
 """
 
 from __future__ import annotations

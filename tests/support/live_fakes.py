@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pipeline.frame import Frame, StageContext
-from tests.fakes import Passthrough
+from tests.support.fakes import Passthrough
 
 
 class TimedSink:

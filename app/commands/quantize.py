@@ -12,11 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser(
@@ -72,15 +68,15 @@ def run(args: argparse.Namespace) -> int:
         describe_float_nodes,
         mixed_frames,
         quantize_model,
-        task_feeds,
     )
-    from pipeline.config import load_config, resolve_inputs
+    from app.commands import load_job
     from pipeline.errors import UsageError
-    from stages.plan import build_task
+    from app.engine_inputs import task_feeds
+    from app.plan import build_task
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
-    config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
+    config = load_job(args)
     task = build_task(config)
     videos = list(args.video) or [source.uri for source in config.sources]
     options = QuantizeOptions(

@@ -1,0 +1,7 @@
+"""`python -m bench <what> ...` from a checkout: the same as `run_pipeline.py bench <what> ...`."""
+
+import sys
+
+from run_pipeline import main
+
+sys.exit(main(["bench", *sys.argv[1:]]))

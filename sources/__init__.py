@@ -1,0 +1,46 @@
+"""Sources: what the decode worker reads. A file (`sources.file`), a network stream or camera that
+reconnects (`sources.live`), or frames another program pushes over ZeroMQ (`sources.zmq`).
+
+`build_source(config)` picks one from a `sources:` item; it is called inside the decode worker
+(through the plan's factory), so nothing is opened in the supervisor.
+"""
+
+from __future__ import annotations
+
+from pipeline.config import SourceConfig
+from pipeline.frame import FrameSource
+from pipeline.uris import source_kind
+from sources.file import FileSource
+from sources.live import Backoff, LiveSource, camera_options, stream_options
+from sources.zmq import ZmqSource
+
+__all__ = ["build_source"]
+
+
+def build_source(config: SourceConfig) -> FrameSource:
+    """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source."""
+    kind = source_kind(config.uri)
+    backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
+    if kind == "zmq":
+        return ZmqSource(
+            config.id, config.uri, curve_secret_key=config.curve_secret_key, curve_clients=config.curve_clients
+        )
+    if kind == "camera":
+        options = camera_options(config.camera, config.ffmpeg_options)
+        return LiveSource(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s,
+                          backoff=backoff)
+    if kind == "stream":
+        options = stream_options(
+            config.uri,
+            timeout_s=config.timeout_s,
+            rtsp_transport=config.rtsp_transport,
+            extra=config.ffmpeg_options,
+        )
+        if config.is_live:
+            return LiveSource(
+                config.id, config.uri, options=options, timeout_s=config.timeout_s, backoff=backoff
+            )
+        return FileSource(config.id, config.uri, options=options)
+    if config.is_live:  # a file said to be live: read again from the start each time it ends
+        return LiveSource(config.id, config.uri, options={}, timeout_s=None, backoff=backoff)
+    return FileSource(config.id, config.uri)
