@@ -19,7 +19,7 @@ from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, 
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
 from pipeline.remote import RemoteSettings
-from pipeline.supervisor import HttpSettings, Plan, SourcePlan
+from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
 from sources import build_source
@@ -195,6 +195,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
         http=_http(config),
         make_source=functools.partial(make_source, config),
         members=members,
+        ordered=frozenset(name for name, _, factory in middle if factory().ordered),
         remote=_remote(config),
     )
 
@@ -224,13 +225,13 @@ def source_plan(source: SourceConfig) -> SourcePlan:
     return SourcePlan(
         source.id,
         functools.partial(_source, source),
-        {
-            "policy": source.policy.value,
-            "realtime": source.realtime,
-            "max_frames": source.max_frames,
-            "max_staleness_ms": source.max_staleness_ms,
-            "latency_budget_ms": source.latency_budget_ms,
-        },
+        SourceOptions(
+            policy=source.policy,
+            realtime=source.realtime,
+            max_frames=source.max_frames,
+            max_staleness_ms=source.max_staleness_ms,
+            latency_budget_ms=source.latency_budget_ms,
+        ),
     )
 
 

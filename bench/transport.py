@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bench import harness
+from pipeline.frame import Stage
 
 SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
@@ -318,16 +319,13 @@ class _Converted:
         return None
 
 
-class NoopStage:
+class NoopStage(Stage):
     """A stage that passes its frame on untouched; as an output (`latencies` set), it writes each
     frame's latency from decode into that file when its source ends."""
 
     def __init__(self, latencies: str | None = None) -> None:
         self.latencies_path = latencies
         self.latencies: list[float] = []
-
-    def start(self, ctx: Any) -> None:
-        return None
 
     def process(self, frame: Any) -> Any:
         if self.latencies_path is None:
@@ -366,7 +364,8 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
 
     import psutil
 
-    from pipeline.supervisor import Plan, SourcePlan, Supervisor
+    from pipeline.job import Plan, SourcePlan
+    from pipeline.supervisor import Supervisor
 
     folder = tempfile.mkdtemp(prefix="fw-hub-")
     latencies_path = os.path.join(folder, "latencies.json")
@@ -382,7 +381,7 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
     plan = Plan(
         middle=middle,
         outputs=outputs,
-        sources=(SourcePlan("still", functools.partial(_still, width, height, frames), {}),),
+        sources=(SourcePlan("still", functools.partial(_still, width, height, frames)),),
         slot_layout=_image_layout,
         preload=("bench.transport",),
     )

@@ -33,8 +33,13 @@ class SourceError(FramewireError, ConnectionError):
     """A source could not be opened or read (missing file, not a video, corrupt or truncated)."""
 
 
-class StageError(FramewireError):
-    """A stage worker failed in a way that ends the job (a decode or output process died)."""
+class JobFailed(FramewireError):
+    """The job cannot go on (a worker that cannot start, an output that died, a stage that keeps
+    dying, a stop before the frames in flight were done): the supervisor ends it with this."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def one_line(exc: BaseException) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -121,17 +121,62 @@ class StageContext:
     """Stream info per source id (size, frame rate, time base, uri), known before its first frame."""
 
 
-@runtime_checkable
 class Stage(Protocol):
-    """A stage: built cheaply, started inside its worker, one frame in and zero or more out."""
+    """A stage: built cheaply, started inside its worker, one frame in and zero or more out.
 
-    def start(self, ctx: StageContext) -> None: ...
+    A stage subclasses this and overrides what it needs: the lifecycle (`start`, `process`,
+    `flush`, `stop`) and the capabilities the runtime reads from it instead of probing for them.
+    """
+
+    reads: tuple[str, ...] = ()
+    """Frame-pool regions it reads (`image`, `input`, `output`): what travels with a frame to a
+    worker on another host."""
+    writes: tuple[str, ...] = ()
+    """Regions it writes: what a worker on another host sends back."""
+    scratch: tuple[str, ...] = ()
+    """Regions written and read inside the stage's own process only (a fused stage passes the model
+    input from its preprocess to its infer member): a worker on another host keeps them local."""
+    max_batch: int = 1
+    """Frames `process_batch` takes at once; above 1 the worker loop gathers batches (of any source)."""
+    max_delay_ms: float = 0.0
+    """How long the worker loop waits for a batch to fill once its first frame is in."""
+    ordered: bool = False
+    """The stage keeps state per source (a tracker, an audio model's context): the hub sends every
+    frame of a source to the same worker of this stage, in `seq` order (pipeline.routing)."""
+
+    def start(self, ctx: StageContext) -> None:
+        """In the worker process: open sessions, encoders, sockets."""
+        return None
 
     def process(self, frame: Frame) -> Iterable[Frame]: ...
 
-    def flush(self, source_id: str) -> Iterable[Frame]: ...
+    def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
+        """Several frames at once (`max_batch > 1`), the same frames back in order. By default one
+        `process` each."""
+        out: list[Frame] = []
+        for frame in frames:
+            done = list(self.process(frame))
+            out.append(done[0] if done else frame)
+        return out
 
-    def stop(self) -> None: ...
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        """That source ended: close what is kept for it (an output's files, a tracker's tracks)."""
+        return ()
+
+    def stop(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What this worker runs on, for READY and the metrics (e.g. the execution provider)."""
+        return {}
+
+    def pool_added(self, pool: FramePool) -> None:
+        """A source's frame pool was mapped in this worker (e.g. to register it as pinned memory)."""
+        return None
+
+    def pool_removed(self, pool: FramePool) -> None:
+        """A source's pool is about to be unmapped (its source retired): let go of it first."""
+        return None
 
 
 class PendingPixels(Protocol):

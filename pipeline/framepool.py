@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,10 +177,19 @@ def _alive(pid: int) -> bool:
 
 
 class PoolCache:
-    """Pools a worker has attached, by name, so each is mapped once per process."""
+    """Pools a worker has attached, by name, so each is mapped once per process.
 
-    def __init__(self) -> None:
+    `on_attach(pool)` runs when a pool is first mapped here and `on_detach(pool)` just before it is
+    unmapped (a stage registers the pool as pinned memory and must let go of it first)."""
+
+    def __init__(
+        self,
+        on_attach: Callable[[FramePool], None] | None = None,
+        on_detach: Callable[[FramePool], None] | None = None,
+    ) -> None:
         self._pools: dict[str, FramePool] = {}
+        self._on_attach = on_attach
+        self._on_detach = on_detach
 
     def get(self, layout_wire: Mapping[str, Any]) -> FramePool:
         name = str(layout_wire["name"])
@@ -188,11 +197,18 @@ class PoolCache:
         if pool is None:
             pool = FramePool.attach(PoolLayout.from_wire(layout_wire))
             self._pools[name] = pool
+            if self._on_attach is not None:
+                self._on_attach(pool)
         return pool
 
     def drop(self, name: str) -> None:
         pool = self._pools.pop(name, None)
-        if pool is not None:
+        if pool is None:
+            return
+        try:
+            if self._on_detach is not None:
+                self._on_detach(pool)
+        finally:
             pool.close()
 
     def close(self) -> None:

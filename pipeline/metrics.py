@@ -82,6 +82,11 @@ class Metrics:
                 hist = family.histograms[key] = _Histogram(buckets)
             hist.observe(value)
 
+    def values(self, name: str) -> dict[Labels, float]:
+        """Every series of a counter or gauge family, as it is now (a copy)."""
+        with self.lock:
+            return dict(self._families[name].values)
+
     def value(self, name: str, **label_values: object) -> float:
         with self.lock:
             return self._families[name].values.get(labels(**label_values), 0.0)

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
 from pipeline.errors import ConfigError
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from stages.tasks import validation_error
 from stages.tasks.base import Result
 
@@ -244,7 +244,7 @@ def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> C
 # --- stage ----------------------------------------------------------------------------------------
 
 
-class CompositeStage:
+class CompositeStage(Stage):
     """The composite stage: copies the decoded image into the slot's `output` region and draws the
     frame's result onto it with each composite in order, so outputs can show either image."""
 
@@ -269,12 +269,6 @@ class CompositeStage:
             composite.apply(canvas, result)
         frame.tensors = {}  # drawn: the outputs need the pixels and the JSON result, not the matte
         yield frame
-
-    def flush(self, source_id: str) -> Iterable[Frame]:
-        return ()
-
-    def stop(self) -> None:
-        return None
 
 
 # --- helpers --------------------------------------------------------------------------------------

@@ -12,20 +12,20 @@ stage read as they do when the stages run apart.
 from __future__ import annotations
 
 import functools
-
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pipeline.errors import FramewireError, one_line
 from pipeline.frame import Frame, Stage, StageContext
+from pipeline.framepool import FramePool
 
 
 class MemberFailed(FramewireError):
     """A member of a fused stage failed on a frame: the message names the member."""
 
 
-class _Members:
+class _Members(Stage):
     """Start, flush and stop a sequence of named stages as one."""
 
     def __init__(self, members: Sequence[tuple[str, Stage]]) -> None:
@@ -44,8 +44,8 @@ class _Members:
         found: list[str] = []
         written: set[str] = set()
         for _, stage in self.members:
-            found += [r for r in getattr(stage, "reads", ()) or () if r not in written and r not in found]
-            written.update(getattr(stage, "writes", ()) or ())
+            found += [r for r in stage.reads if r not in written and r not in found]
+            written.update(stage.writes)
         return tuple(found)
 
     @functools.cached_property
@@ -56,8 +56,8 @@ class _Members:
         image and the composited image."""
         found: list[str] = []
         for i, (_, stage) in enumerate(self.members):
-            later = {r for _, after in self.members[i + 1 :] for r in getattr(after, "reads", ()) or ()}
-            found += [w for w in getattr(stage, "writes", ()) or () if w not in found and w not in later]
+            later = {r for _, after in self.members[i + 1 :] for r in after.reads}
+            found += [w for w in stage.writes if w not in found and w not in later]
         return tuple(found)
 
     @functools.cached_property
@@ -66,7 +66,7 @@ class _Members:
         keeps them in buffers of its own and does not send them back."""
         found: list[str] = []
         for _, stage in self.members:
-            found += [w for w in getattr(stage, "writes", ()) or () if w not in found and w not in self.writes]
+            found += [w for w in stage.writes if w not in found and w not in self.writes]
         return tuple(found)
 
     def start(self, ctx: StageContext) -> None:
@@ -101,10 +101,16 @@ class _Members:
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for _, stage in self.members:
-            describe = getattr(stage, "describe", None)
-            if callable(describe):
-                out.update(describe())
+            out.update(stage.describe())
         return out
+
+    def pool_added(self, pool: FramePool) -> None:
+        for _, stage in self.members:
+            stage.pool_added(pool)
+
+    def pool_removed(self, pool: FramePool) -> None:
+        for _, stage in self.members:
+            stage.pool_removed(pool)
 
 
 def _run(name: str, stage: Stage, frame: Frame) -> Frame:
@@ -130,12 +136,12 @@ class Fused(_Members):
 
     def __init__(self, members: Sequence[tuple[str, Stage]]) -> None:
         super().__init__(members)
-        self._batcher = next(
-            (i for i, (_, stage) in enumerate(self.members) if hasattr(stage, "process_batch")), None
-        )
-        batcher = self.members[self._batcher][1] if self._batcher is not None else None
-        self.max_batch = int(getattr(batcher, "max_batch", 1) or 1)
-        self.max_delay_ms = float(getattr(batcher, "max_delay_ms", 0.0) or 0.0)
+        self._batcher = next((i for i, (_, stage) in enumerate(self.members) if stage.max_batch > 1), None)
+        if self._batcher is not None:
+            batcher = self.members[self._batcher][1]
+            self.max_batch, self.max_delay_ms = batcher.max_batch, batcher.max_delay_ms
+        # A member that keeps per-source state makes the whole fused stage keep it.
+        self.ordered = any(stage.ordered for _, stage in self.members)
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         for name, stage in self.members:
@@ -143,7 +149,8 @@ class Fused(_Members):
         yield frame
 
     def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
-        assert self._batcher is not None
+        if self._batcher is None:
+            return super().process_batch(frames)
         before, (name, batcher), after = (
             self.members[: self._batcher],
             self.members[self._batcher],
@@ -154,7 +161,7 @@ class Fused(_Members):
             batch = [_run(member, stage, frame) for frame in batch]
         started = time.time()
         try:
-            batch = list(batcher.process_batch(batch))  # type: ignore[attr-defined]
+            batch = list(batcher.process_batch(batch))
         except Exception as exc:
             raise MemberFailed(f"{name}: {one_line(exc)}") from exc
         finished = time.time()

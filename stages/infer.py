@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from engines.base import Engine
 from pipeline.errors import EngineError
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from stages.tasks.base import Task
 
 
-class Infer:
+class Infer(Stage):
     """One engine per worker process, created in `start` (sessions never cross a spawn)."""
 
     reads = ("input",)
-    writes: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -102,10 +102,7 @@ class Infer:
         for i, frame in enumerate(frames):
             frame.tensors = {name: value[i : i + 1] for name, value in outputs.items()}
 
-    def flush(self, source_id: str) -> Iterable[Frame]:
-        return ()
-
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> dict[str, Any]:
         """What this worker runs on, for the metrics (`framewire_provider_info`)."""
         if self.engine is None:
             return {}

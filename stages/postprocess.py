@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from stages.tasks.base import Task
 
 
-class Postprocess:
-    reads: tuple[str, ...] = ()  # the model outputs travel inline; no slot region is touched
-    writes: tuple[str, ...] = ()
+class Postprocess(Stage):
+    """The model outputs travel inline: no slot region is read or written."""
 
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -24,8 +23,3 @@ class Postprocess:
         frame.tensors = dict(result.arrays)
         yield frame
 
-    def flush(self, source_id: str) -> Iterable[Frame]:
-        return ()
-
-    def stop(self) -> None:
-        return None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from stages.tasks.base import Task
 
 
-class Preprocess:
+class Preprocess(Stage):
     """Writes the model input into the slot's `input` region; passes the task's meta on."""
 
     reads = ("image",)
@@ -25,8 +25,3 @@ class Preprocess:
         frame.meta = self.task.preprocess(frame.region("image"), frame.region("input"))
         yield frame
 
-    def flush(self, source_id: str) -> Iterable[Frame]:
-        return ()
-
-    def stop(self) -> None:
-        return None

@@ -41,7 +41,8 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from app.commands import load_job
     from pipeline.errors import UsageError
-    from pipeline.remote import MAX_CREDITS, run_workers
+    from pipeline.remote import MAX_CREDITS
+    from pipeline.remote_workers import run_workers
     from app.plan import PRELOAD, build_plan
 
     if not re.match(r"^tcp://[^/]+:\d{1,5}$", args.connect):

@@ -11,7 +11,7 @@ import cv2
 
 from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
 from pipeline.errors import FramewireError
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from pipeline.publish import Publisher
 from media.video_reader import StreamInfo
 from stages.outputs.jsonl import JsonlWriter
@@ -21,7 +21,7 @@ from media.video_writer import VideoFileWriter
 log = logging.getLogger(__name__)
 
 
-class _PerSource:
+class _PerSource(Stage):
     """Shared lifecycle: one writer per source, opened on its first frame, closed on its end."""
 
     def __init__(self) -> None:
@@ -105,12 +105,12 @@ class JsonlSink(_PerSource):
         return ()
 
 
-class ZmqSink:
+class ZmqSink(Stage):
     """Publishes `[source_id, header JSON, optional JPEG]` for every frame of every source."""
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
-        self.reads: tuple[str, ...] = ("image", "output") if config.jpeg else ()
+        self.reads = ("image", "output") if config.jpeg else ()
         self.publisher = Publisher(
             config.endpoint,
             config.mode,

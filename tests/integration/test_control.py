@@ -16,7 +16,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.supervisor import HttpSettings, Plan, Report, SourcePlan, Supervisor
+from pipeline.job import HttpSettings, Plan, Report, SourcePlan
+from pipeline.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(180)
@@ -80,7 +81,7 @@ def plan(tmp: Path, sources: dict[str, int], keep_running: bool = True) -> Plan:
             ("infer", 1, functools.partial(fakes.passthrough, "inf")),
         ),
         outputs=(("out", functools.partial(fakes.sink, str(tmp))),),
-        sources=tuple(SourcePlan(s, functools.partial(fakes.source, s, n), {}) for s, n in sources.items()),
+        sources=tuple(SourcePlan(s, functools.partial(fakes.source, s, n)) for s, n in sources.items()),
         slot_layout=fakes.layout,
         http=HttpSettings(port=0, token=TOKEN, keep_running=keep_running),
         make_source=fakes.make_source_plan,

@@ -16,7 +16,8 @@ import msgpack
 import pytest
 import zmq
 
-from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
+from pipeline.job import Plan, Report, SourcePlan
+from pipeline.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,7 +44,7 @@ def plan_of(tmp_path: Path, **extra: Any) -> Plan:
     return Plan(
         middle=(("infer", 2, functools.partial(fakes.passthrough, "inf", 0.002)),),
         outputs=(("out", functools.partial(fakes.sink, str(tmp_path))),),
-        sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003), {}),),
+        sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003)),),
         slot_layout=fakes.layout,
         **extra,
     )

@@ -20,7 +20,8 @@ import pytest
 import zmq
 
 from pipeline.config import SourceConfig
-from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
+from pipeline.job import Plan, Report, SourceOptions, SourcePlan
+from pipeline.supervisor import Supervisor
 from app.plan import source_plan
 from tests.support import fakes, live_fakes
 from tests.support.clips import make_clip
@@ -139,7 +140,7 @@ def test_rtsp_error_is_redacted_and_other_sources_finish(tmp_path: Path) -> None
         uri=f"rtsp://admin:hunter2@127.0.0.1:{port}/live",
         reconnect={"initial_s": 0.1, "max_s": 0.1, "max_attempts": 3},
     )
-    good = SourcePlan("file", functools.partial(fakes.source, "file", 20), {})
+    good = SourcePlan("file", functools.partial(fakes.source, "file", 20))
     report = Supervisor(live_plan(out, [source_plan(bad), good])).run()
     assert report.exit_code == 1
     error = report.source_errors["cam"]
@@ -240,7 +241,7 @@ N_FRAMES = 100
 
 
 def _policy_plan(out: Path, options: dict[str, Any], *, infer_s: float, slots: int) -> Plan:
-    source = SourcePlan("live", functools.partial(fakes.source, "live", N_FRAMES, delay_s=0.01), options)
+    source = SourcePlan("live", functools.partial(fakes.source, "live", N_FRAMES, delay_s=0.01), SourceOptions(**options))
     middle = (
         ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
         ("infer", 1, functools.partial(live_fakes.slow, "inf", infer_s)),
@@ -312,7 +313,7 @@ def test_a_stop_reaches_a_live_source_still_trying_to_connect(tmp_path: Path) ->
     waiting = SourceConfig(
         id="cam", uri=f"rtsp://127.0.0.1:{free_port()}/live", reconnect={"initial_s": 0.2, "max_s": 0.5}
     )
-    done = SourcePlan("file", functools.partial(fakes.source, "file", 10), {})
+    done = SourcePlan("file", functools.partial(fakes.source, "file", 10))
 
     def stop_soon(supervisor: Supervisor) -> None:
         wait_for(lambda: (out / "file.closed").exists(), 30)

@@ -13,7 +13,8 @@ from typing import Any
 import psutil
 import pytest
 
-from pipeline.supervisor import Plan, Report, SourcePlan, Supervisor
+from pipeline.job import Plan, Report, SourcePlan
+from pipeline.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)
@@ -33,7 +34,7 @@ def make_plan(out: Path, sources: dict[str, int], *, infer_workers: int = 2, **o
         middle=middle,
         outputs=(("out", functools.partial(fakes.sink, str(out))),),
         sources=tuple(
-            SourcePlan(sid, functools.partial(fakes.source, sid, n, **source_kwargs.get(sid, {})), {})
+            SourcePlan(sid, functools.partial(fakes.source, sid, n, **source_kwargs.get(sid, {})))
             for sid, n in sources.items()
         ),
         slot_layout=fakes.layout,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 
 
 class SyntheticSource:
@@ -51,7 +51,7 @@ class SyntheticSource:
         return None
 
 
-class Passthrough:
+class Passthrough(Stage):
     """A middle stage: records that it saw the frame, optionally sleeping a random short while."""
 
     def __init__(self, name: str, max_sleep_s: float = 0.0, fail_seq: int | None = None) -> None:
@@ -81,7 +81,7 @@ class Passthrough:
         return None
 
 
-class RecordingSink:
+class RecordingSink(Stage):
     """An output: one JSON line per frame into `path/<source>.jsonl`, and a `.closed` marker on EOS."""
 
     def __init__(self, path: str) -> None:
@@ -112,7 +112,7 @@ class RecordingSink:
             self.files.pop(source_id).close()
 
 
-class FailingStart:
+class FailingStart(Stage):
     """A stage whose start-up fails, like an engine that cannot load its model."""
 
     def start(self, ctx: StageContext) -> None:
@@ -204,10 +204,10 @@ def batching(name: str, max_batch: int, max_delay_ms: float = 5.0) -> BatchingPa
 def make_source_plan(raw: dict[str, Any]) -> Any:
     """The control API's source factory for fake jobs: {"id": ..., "frames": n, "delay_s": x}."""
     from pipeline.errors import ConfigError
-    from pipeline.supervisor import SourcePlan
+    from pipeline.job import SourcePlan
 
     if "id" not in raw or not isinstance(raw.get("frames", 1), int):
         raise ConfigError("source: needs an id and an integer frames")
     sid = str(raw["id"])
     kwargs = {"delay_s": float(raw.get("delay_s", 0.0))}
-    return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs), {})
+    return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs))

@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from tests.support.fakes import Passthrough
 
 
-class TimedSink:
+class TimedSink(Stage):
     """An output: one JSON line per frame into `path/<source>.jsonl` with its seq, pts, first pixel,
     stage timings and the time it arrived; a `.closed` marker on EOS."""
 

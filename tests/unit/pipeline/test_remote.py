@@ -172,25 +172,23 @@ def test_the_hub_sends_views_of_the_slot() -> None:
         pool.close()
 
 
-def test_a_send_with_no_connection_to_the_hub_asks_the_link_instead_of_blocking(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_send_with_no_connection_to_the_hub_asks_the_link_instead_of_blocking() -> None:
     # After a refused CurveZMQ handshake a DEALER has no connection and a plain send blocks for
     # ever; a remote worker's socket times out, and its hub link says whether to try again.
     import zmq
 
-    from pipeline import worker
+    from pipeline.hub_link import HubConnection
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDTIMEO, 20)
     sock.setsockopt(zmq.IMMEDIATE, 1)  # no pipe until connected: as after a refused handshake
     sock.connect("tcp://127.0.0.1:1")  # nobody there
+    conn = HubConnection(ctx, sock)
     answers = [True, True, False]
-    monkeypatch.setattr(worker, "_on_blocked", lambda: answers.pop(0))
-    worker._send(sock, {"type": msg.PING})
+    conn.on_blocked = lambda: answers.pop(0)
+    conn.send({"type": msg.PING})
     assert answers == []  # tried three times, then dropped
-    monkeypatch.setattr(worker, "_on_blocked", None)
-    worker._send(sock, {"type": msg.PING})  # no link: dropped at once
-    sock.close(linger=0)
-    ctx.term()
+    conn.on_blocked = None
+    conn.send({"type": msg.PING})  # no link: dropped at once
+    conn.close(linger_ms=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.frame import Frame, StageContext
+from pipeline.frame import Frame, Stage, StageContext
 from stages.fused import Fused, MemberFailed, Outputs
 from app.plan import build_plan
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[3]
 
 
-class Step:
+class Step(Stage):
     """Appends its name to `frame.meta["trail"]`; records its life in `events`."""
 
     def __init__(self, name: str, events: list[str], fail_on: int | None = None) -> None:
@@ -117,12 +117,20 @@ def test_batching_runs_the_members_around_the_batcher_frame_by_frame() -> None:
     assert all(set(f.timings) == {"preprocess", "infer", "post"} for f in outs)
 
 
-def test_without_a_batcher_the_worker_never_batches() -> None:
+def test_without_a_batcher_the_worker_never_batches_and_a_batch_runs_frame_by_frame() -> None:
     events: list[str] = []
-    fused = Fused([("a", Step("a", events))])
-    assert fused.max_batch == 1
-    with pytest.raises(AssertionError):
-        fused.process_batch([frame()])
+    fused = Fused([("a", Step("a", events)), ("b", Step("b", events))])
+    assert fused.max_batch == 1 and fused.max_delay_ms == 0.0
+    out = fused.process_batch([frame(), frame()])
+    assert [f.meta["trail"] for f in out] == [["a", "b"], ["a", "b"]]
+
+
+def test_a_member_that_keeps_per_source_state_makes_the_fused_stage_ordered() -> None:
+    events: list[str] = []
+    tracker = Step("tracker", events)
+    tracker.ordered = True
+    assert not Fused([("a", Step("a", events))]).ordered
+    assert Fused([("a", Step("a", events)), ("tracker", tracker)]).ordered
 
 
 def test_outputs_each_get_every_frame_and_a_failing_one_is_named() -> None:
@@ -154,7 +162,7 @@ def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
     assert isinstance(stage, Fused) and stage.names == ("preprocess", "infer", "postprocess", "composite")
 
 
-class _Regions:
+class _Regions(Stage):
     def __init__(self, reads: tuple[str, ...], writes: tuple[str, ...]) -> None:
         self.reads, self.writes = reads, writes
 
@@ -169,4 +177,4 @@ def test_a_fused_stage_reads_what_comes_in_and_writes_what_leaves() -> None:
         ("composite", _Regions(("image",), ("output",))),
     ])  # fmt: skip
     assert (fused.reads, fused.writes, fused.scratch) == (("image",), ("output",), ("input",))
-    assert (Fused([("infer", _Regions(("input",), ()))]).reads, Fused([("x", object())]).writes) == (("input",), ())
+    assert (Fused([("infer", _Regions(("input",), ()))]).reads, Fused([("x", _Regions((), ()))]).writes) == (("input",), ())

@@ -1,0 +1,25 @@
+"""The names of the stages, spelled once: the hub, the config, the plan and the CLI use these."""
+
+from __future__ import annotations
+
+DECODE = "decode"
+PREPROCESS = "preprocess"
+INFER = "infer"
+POSTPROCESS = "postprocess"
+COMPOSITE = "composite"
+MIDDLE = (PREPROCESS, INFER, POSTPROCESS, COMPOSITE)
+"""The stages between decode and the outputs, in frame order."""
+OUTPUTS = "outputs"
+"""The stage that runs every output in one process (`stages.fuse_outputs`)."""
+STALE_BEFORE = frozenset({PREPROCESS, INFER})
+"""The stages that skip a frame past its source's deadline: up to inference, where the time goes."""
+
+
+def output_name(index: int, kind: str) -> str:
+    """An output's stage name: `output0.video_file`, `output1.jsonl`, ..."""
+    return f"output{index}.{kind}"
+
+
+def is_output(name: str) -> bool:
+    """Whether a stage name is an output's (`outputN.kind`, or `outputs` for fused outputs)."""
+    return name == OUTPUTS or (name.startswith("output") and "." in name)
