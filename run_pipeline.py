@@ -140,12 +140,12 @@ class _Progress:
 
 
 def _run(args: argparse.Namespace, level: int) -> int:
-    from pipeline.forkserver import start_early
     from app.preload import PRELOAD
+    from pipeline.forkserver import start_early
 
     start_early(PRELOAD)  # the workers' imports run beside ours, not after them
-    from pipeline.supervisor import Supervisor
     from app.plan import build_plan
+    from pipeline.supervisor import Supervisor
 
     config = load_job(args)
     plan = build_plan(config, log_level=level)

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pipeline.config import SourceConfig
 from media.video_reader import VideoReader
+from pipeline.config import SourceConfig
 from stages.tasks.base import Task
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def source_input_shapes(task: Task, sources: Sequence[SourceConfig]) -> dict[str, list[tuple[int, ...]]]:
@@ -44,7 +44,7 @@ def calibration_batches(task: Task, video: str, frames: int) -> Iterator[np.ndar
             out = np.empty(shape, dtype=spec.dtype)
             task.preprocess(frame.image, out)
             yield out
-    logger.debug("calibration: read %s", video)
+    log.debug("calibration: read %s", video)
 
 
 def task_feeds(task: Task, images: Iterable[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:

@@ -12,18 +12,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.preload import PRELOAD
 from engines.base import Engine
 from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
-from pipeline.remote import RemoteSettings
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
+from pipeline.remote import RemoteSettings
+from sources import build_source
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
-from sources import build_source
-from app.preload import PRELOAD
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess

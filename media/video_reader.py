@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.errors import SourceError
 from pipeline.uris import local_path, redact
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _FALLBACK_FPS = Fraction(25)
 # AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
@@ -171,7 +171,7 @@ class VideoReader:
         stream.thread_type = "SLICE" if self.live else "AUTO"
         self._container, self._stream = container, stream
         self._info = self._describe(container, stream, shown, is_file=path is not None)
-        logger.info(
+        log.info(
             "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
             self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
             self._info.frame_count, self._info.audio_codec,
@@ -227,12 +227,12 @@ class VideoReader:
                 f"source {self.source_id}: decode error at frame {index}: {reason}"
             ) from err
         if derived:
-            logger.warning(
+            log.warning(
                 "source %s: %s of %s frames had no usable pts; derived them from the frame rate",
                 self.source_id, derived, index,
             )
         self._check_complete(index, last_pts)
-        logger.info("source %s: end of stream after %s frames", self.source_id, index)
+        log.info("source %s: end of stream after %s frames", self.source_id, index)
 
     def close(self) -> None:
         """Release the container; harmless to call twice."""
@@ -271,7 +271,7 @@ class VideoReader:
     ) -> StreamInfo:
         fps = stream.average_rate or stream.guessed_rate or stream.base_rate
         if not fps:
-            logger.warning(
+            log.warning(
                 "source %s: no frame rate in %s; assuming %s", self.source_id, shown, _FALLBACK_FPS
             )
             fps = _FALLBACK_FPS

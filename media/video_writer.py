@@ -20,11 +20,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.errors import FramewireError
 from media.video_reader import StreamInfo
+from pipeline.errors import FramewireError
 from pipeline.uris import local_path
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 # Audio codecs an MP4 carries as they are; anything else (PCM from AVI, vorbis...) becomes AAC.
 MP4_AUDIO_CODECS = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
@@ -84,7 +84,7 @@ class VideoFileWriter:
         except (OSError, av.FFmpegError, ValueError) as err:
             self._abandon()
             raise FramewireError(f"video_file output {self.path}: cannot open: {_reason(err)}") from err
-        logger.info(
+        log.info(
             "video_file output %s: open, %sx%s %s crf %s, time_base %s, audio %s",
             self.path, self.width, self.height, self.codec, self.crf, self.info.time_base,
             self._audio.mode if self._audio else None,
@@ -140,7 +140,7 @@ class VideoFileWriter:
             raise FramewireError(f"video_file output {self.path}: cannot finish: {_reason(err)}") from err
         finally:
             self._abandon()
-        logger.info("video_file output %s: closed after %s frames", self.path, self.frames_written)
+        log.info("video_file output %s: closed after %s frames", self.path, self.frames_written)
 
     def __enter__(self) -> VideoFileWriter:
         self.open()
@@ -204,12 +204,12 @@ class _AudioCopy:
         """Add an audio stream to `output` copied from `audio_from`; None when it has no audio."""
         path = local_path(audio_from)
         if path is None:
-            logger.warning("video_file output %s: audio is only copied from files; no audio", out_path)
+            log.warning("video_file output %s: audio is only copied from files; no audio", out_path)
             return None
         source = av.open(path, mode="r")
         if not source.streams.audio:
             source.close()
-            logger.info("video_file output %s: %s has no audio", out_path, path)
+            log.info("video_file output %s: %s has no audio", out_path, path)
             return None
         stream = source.streams.audio[0]
         name = stream.codec_context.codec.canonical_name
@@ -217,7 +217,7 @@ class _AudioCopy:
             try:
                 return cls(source, stream, output, output.add_stream_from_template(stream), f"copy {name}")
             except ValueError:
-                logger.info("video_file output %s: MP4 refuses %s audio as is; encoding AAC", out_path, name)
+                log.info("video_file output %s: MP4 refuses %s audio as is; encoding AAC", out_path, name)
         ctx = stream.codec_context
         out_stream = output.add_stream("aac", rate=ctx.sample_rate, layout=_layout(ctx))
         return cls(source, stream, output, out_stream, f"aac from {name}")

@@ -64,9 +64,8 @@ class ControlServer:
         self.health = health
         self.token = token
         self.commands: queue.Queue[Command] = queue.Queue()
-        handler = _handler_for(self)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), _Handler)
+        self.httpd.control = self
         self.address = self.httpd.server_address
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="framewire-http", daemon=True)
 
@@ -105,67 +104,72 @@ class ControlServer:
         return header is not None and hmac.compare_digest(header.encode(), expected.encode())
 
 
-def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "framewire"
-        protocol_version = "HTTP/1.1"
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    control: ControlServer
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http: " + format, *args)
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "framewire"
+    protocol_version = "HTTP/1.1"
 
-        def _json(self, status: int, payload: Any) -> None:
-            self._send(status, json.dumps(payload).encode(), "application/json")
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http: " + format, *args)
 
-        def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                raise ValueError(f"body of {length} bytes is over {MAX_BODY}")
-            raw = self.rfile.read(length) if length else b""
-            return json.loads(raw) if raw else None
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-        def _control(self, action: str, body: Any = None) -> None:
-            if not server.authorised(self.headers.get("Authorization")):
-                self._json(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"})
-                return
-            command = server.submit(action, body)
-            self._json(command.status, command.reply)
+    def _json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
 
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                self._send(HTTPStatus.OK, server.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
-            elif self.path == "/healthz":
-                state = server.health()
-                ok = state.get("live", False) and state.get("ready", False)
-                self._json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, state)
-            elif self.path == "/sources":
-                self._control("list")
-            else:
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ValueError(f"body of {length} bytes is over {MAX_BODY}")
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw else None
 
-        def do_POST(self) -> None:
-            try:
-                body = self._body()
-            except (ValueError, UnicodeDecodeError) as exc:
-                self._json(HTTPStatus.BAD_REQUEST, {"error": f"body is not JSON: {exc}"})
-                return
-            if self.path == "/sources":
-                self._control("add", body)
-            elif self.path in ("/drain", "/stop"):
-                self._control(self.path.lstrip("/"))
-            else:
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+    def _control(self, action: str, body: Any = None) -> None:
+        control = self.server.control
+        if not control.authorised(self.headers.get("Authorization")):
+            self._json(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"})
+            return
+        command = control.submit(action, body)
+        self._json(command.status, command.reply)
 
-        def do_DELETE(self) -> None:
-            if self.path.startswith("/sources/") and len(self.path) > len("/sources/"):
-                self._control("remove", self.path[len("/sources/") :])
-            else:
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+    def do_GET(self) -> None:
+        control = self.server.control
+        if self.path == "/metrics":
+            self._send(HTTPStatus.OK, control.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        elif self.path == "/healthz":
+            state = control.health()
+            ok = state.get("live", False) and state.get("ready", False)
+            self._json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, state)
+        elif self.path == "/sources":
+            self._control("list")
+        else:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
 
-    return Handler
+    def do_POST(self) -> None:
+        try:
+            body = self._body()
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._json(HTTPStatus.BAD_REQUEST, {"error": f"body is not JSON: {exc}"})
+            return
+        if self.path == "/sources":
+            self._control("add", body)
+        elif self.path in ("/drain", "/stop"):
+            self._control(self.path.lstrip("/"))
+        else:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+
+    def do_DELETE(self) -> None:
+        if self.path.startswith("/sources/") and len(self.path) > len("/sources/"):
+            self._control("remove", self.path[len("/sources/") :])
+        else:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})

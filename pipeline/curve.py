@@ -17,6 +17,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from pipeline.errors import FramewireError
 
+
 def load_secret(path: str, what: str) -> tuple[bytes, bytes]:
     """(public, secret) from a secret certificate; FramewireError naming `what` if it is not one."""
     try:

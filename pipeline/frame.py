@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -116,7 +115,6 @@ class StageContext:
 
     stage: str
     index: int
-    log: logging.Logger
     streams: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Stream info per source id (size, frame rate, time base, uri), known before its first frame."""
 

@@ -24,7 +24,7 @@ from pipeline.framepool import FramePool, PoolLayout, pool_name
 from pipeline.job import Plan, Report, SourcePlan
 from pipeline.lifecycle import Lifecycle
 from pipeline.peers import DecodeWorker
-from pipeline.routing import Router
+from pipeline.routing import FrameKey, Router
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,17 @@ class Inputs:
         log.warning("%s", record.error)
         worker.finished = True
         self.router.end(record.source_id, self.router.received(record.source_id))
+
+    def drop_stale(self, key: FrameKey) -> None:
+        """A frame that reached inference too late (the source's `max_staleness_ms`): it is dropped,
+        not passed on unprocessed, so no output shows it as if it had been processed (a video file
+        of a live source simply has fewer frames). Its slot goes straight back to the source, the
+        order steps over its seq, and it counts as dropped, reason "stale"."""
+        state = self.router.drop(key)
+        record = self.sources[key.source]
+        record.stale += 1
+        if state is not None:
+            record.give_slot(state.slot)
 
     # --- slots, stops, retirement -----------------------------------------------------------------
 

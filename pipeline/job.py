@@ -134,3 +134,19 @@ class Report:
     """Frames output later than their source's latency_budget_ms (sources with a budget only)."""
     elapsed_s: float = 0.0
     stopped: bool = False
+
+    def conclude(self) -> None:
+        """The exit code and error of a job that ended without failing: 1 when a source failed or
+        frames were passed on unprocessed."""
+        if self.exit_code != 0:
+            return
+        if self.source_errors:
+            self.exit_code = 1
+            first, *others = self.source_errors
+            self.error = self.source_errors[first]
+            if others:
+                self.error += f" (sources {', '.join(others)} failed too: see the log)"
+        elif any(self.failed.values()):
+            self.exit_code = 1
+            total = sum(self.failed.values())
+            self.error = f"{total} frame(s) could not be processed and were passed on unprocessed"

@@ -19,9 +19,8 @@ from typing import Any, Protocol
 import numpy as np
 import zmq
 
-from pipeline import curve
+from pipeline import curve, remote
 from pipeline import messages as msg
-from pipeline import remote
 from pipeline.errors import FramewireError, JobFailed
 from pipeline.inputs import Inputs
 from pipeline.job import Plan

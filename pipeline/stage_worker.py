@@ -38,7 +38,7 @@ def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a stage worker process."""
     setup_process(spec)
     conn = HubConnection.open(spec)
-    context = StageContext(spec.stage, spec.index, logging.getLogger(f"framewire.{spec.stage}"))
+    context = StageContext(spec.stage, spec.index)
     try:
         stage: Stage = spec.factory()
         stage.start(context)

@@ -24,7 +24,6 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -81,7 +80,7 @@ class Supervisor:
 
     def run(self) -> Report:
         started = time.monotonic()
-        old_handlers = self._install_signals()
+        old_handlers = _install_signals(self.request_stop)
         try:
             lifecycle, inputs = self._open()
             self._spawn_all(lifecycle, inputs)
@@ -94,7 +93,8 @@ class Supervisor:
             if self._control is not None:
                 self._control.stop()
             self._shutdown()
-            self._restore_signals(old_handlers)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
             self._report.elapsed_s = time.monotonic() - started
         self._summarise()
         return self._report
@@ -109,23 +109,6 @@ class Supervisor:
         return {"live": live, "ready": ready}
 
     # --- set-up --------------------------------------------------------------------------------
-
-    def _install_signals(self) -> dict[int, Any]:
-        old: dict[int, Any] = {}
-        try:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                old[sig] = signal.signal(sig, self._on_signal)
-        except ValueError:  # not the main thread (tests): the caller uses request_stop
-            pass
-        return old
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.request_stop()
-
-    @staticmethod
-    def _restore_signals(old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
     def _open(self) -> tuple[Lifecycle, Inputs]:
         orphans = sweep_orphans()
@@ -302,11 +285,7 @@ class Supervisor:
             log.debug("late duplicate result for %s at %s", key, peer.stage)
             return
         if header.get("stale"):  # past its max_staleness_ms before inference (pipeline.stage_worker)
-            state = self._router.drop(key)
-            record = self._inputs.sources[key.source]
-            record.stale += 1
-            if state is not None:
-                record.give_slot(state.slot)
+            self._inputs.drop_stale(key)
             return
         header.pop("type", None)
         header.pop("stage", None)
@@ -450,21 +429,20 @@ class Supervisor:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _summarise(self) -> None:
-        report = self._report
         if self._inputs is not None:
             for record in self._inputs.sources.values():
-                record.fold_into(report)
+                record.fold_into(self._report)
         if self._lifecycle is not None:
-            report.restarts = dict(self._lifecycle.restarts)
-        if report.exit_code == 0:
-            if report.source_errors:
-                report.exit_code = 1
-                first, *others = report.source_errors
-                report.error = report.source_errors[first]
-                if others:
-                    report.error += f" (sources {', '.join(others)} failed too: see the log)"
-            elif any(report.failed.values()):
-                report.exit_code = 1
-                total = sum(report.failed.values())
-                report.error = f"{total} frame(s) could not be processed and were passed on unprocessed"
+            self._report.restarts = dict(self._lifecycle.restarts)
+        self._report.conclude()
 
+
+def _install_signals(stop: Callable[[], None]) -> dict[int, Any]:
+    """SIGINT and SIGTERM ask for a drain, then a hard stop; returns the handlers they replace."""
+    old: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, frame: stop())
+    except ValueError:  # not the main thread (tests): the caller uses request_stop
+        pass
+    return old

@@ -22,16 +22,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import cv2
 import numpy as np
 
+from media.video_reader import PendingImage, StreamInfo, VideoReader
 from pipeline.config import CameraConfig
 from pipeline.errors import SourceError
 from pipeline.frame import SourceInterrupted
 from pipeline.uris import redact, scheme
-from media.video_reader import PendingImage, StreamInfo, VideoReader, next_pts
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.1
 """How often a source that waits (to reconnect, for a producer) asks whether it should stop."""
@@ -159,7 +158,7 @@ class LiveSource:
             self._reader = None
             self._online = False
             lost_at = time.monotonic()
-            logger.warning("%s; reconnecting to %s", why, self.shown)
+            log.warning("%s; reconnecting to %s", why, self.shown)
             try:
                 reader = self._connect()
             except SourceInterrupted:
@@ -174,7 +173,7 @@ class LiveSource:
             self._reconnects += 1
             self._offline_s += self._gap_s
             self._offset = None
-            logger.warning(
+            log.warning(
                 "source %s: reconnected to %s after %.1f s offline (%d reconnect(s) so far)",
                 self.source_id, self.shown, self._gap_s, self._reconnects,
             )
@@ -214,7 +213,7 @@ class LiveSource:
                 if limit is not None and attempt >= limit:
                     raise SourceError(f"{err} (gave up after {attempt} attempt(s))") from None
                 delay = self.backoff.delay(attempt)
-                logger.warning("%s; retrying in %.1f s (attempt %d)", err, delay, attempt)
+                log.warning("%s; retrying in %.1f s (attempt %d)", err, delay, attempt)
                 self._wait(delay)
                 continue
             self._reader = reader

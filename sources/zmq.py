@@ -22,7 +22,7 @@ from pipeline.uris import zmq_endpoint
 from sources.live import WAIT_SLICE_S
 from sources.zmq_wire import EOS, PushedFrame, ZmqReceiver
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class ZmqSource:
@@ -58,7 +58,7 @@ class ZmqSource:
         """Bind, then wait for the first valid frame; SourceInterrupted if told to stop first."""
         self.receiver.open()
         self._started = time.monotonic()
-        logger.info("source %s: waiting for frames on %s", self.source_id, self.receiver.endpoint)
+        log.info("source %s: waiting for frames on %s", self.source_id, self.receiver.endpoint)
         while self._pending is None:
             if self._interrupted():
                 raise SourceInterrupted(self.source_id)
@@ -97,7 +97,7 @@ class ZmqSource:
                     return
                 continue
             if not isinstance(got, PushedFrame):  # EOS
-                logger.info("source %s: the producer ended the stream", self.source_id)
+                log.info("source %s: the producer ended the stream", self.source_id)
                 return
             decoded = self._decode(got)
             if decoded is not None:

@@ -18,11 +18,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
 from pipeline.errors import ConfigError
-from pipeline.frame import Frame, Stage, StageContext
+from pipeline.frame import Frame, Stage
 from stages.tasks import validation_error
 from stages.tasks.base import Result
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Channel = Annotated[int, Field(ge=0, le=255)]
 BGR = tuple[Channel, Channel, Channel]
@@ -253,9 +253,6 @@ class CompositeStage(Stage):
 
     def __init__(self, composites: Sequence[Composite]) -> None:
         self.composites = tuple(composites)
-
-    def start(self, ctx: StageContext) -> None:
-        self.log = ctx.log
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         image = frame.region("image")

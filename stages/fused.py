@@ -11,7 +11,6 @@ stage read as they do when the stages run apart.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -32,48 +31,23 @@ class _Members(Stage):
         if not members:
             raise ValueError("a fused stage needs at least one member")
         self.members = tuple(members)
+        self.reads = _reads(self.members)
+        self.writes = _writes(self.members)
+        self.scratch = tuple(
+            dict.fromkeys(w for _, stage in self.members for w in stage.writes if w not in self.writes)
+        )
+        """The slot regions one member writes for a later one, inside the process: a remote worker
+        keeps them in buffers of its own and does not send them back."""
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.members)
 
-    @functools.cached_property
-    def reads(self) -> tuple[str, ...]:
-        """The slot regions the members read that no earlier member writes: what a remote worker of
-        the fused stage must be sent (pipeline.remote)."""
-        found: list[str] = []
-        written: set[str] = set()
-        for _, stage in self.members:
-            found += [r for r in stage.reads if r not in written and r not in found]
-            written.update(stage.writes)
-        return tuple(found)
-
-    @functools.cached_property
-    def writes(self) -> tuple[str, ...]:
-        """The slot regions the members write that no later member reads: what a remote worker
-        sends back. A region passed from one member to the next (the model input, from preprocess
-        to infer) stays inside the fused stage; the stages after it (the outputs) read only the
-        image and the composited image."""
-        found: list[str] = []
-        for i, (_, stage) in enumerate(self.members):
-            later = {r for _, after in self.members[i + 1 :] for r in after.reads}
-            found += [w for w in stage.writes if w not in found and w not in later]
-        return tuple(found)
-
-    @functools.cached_property
-    def scratch(self) -> tuple[str, ...]:
-        """The slot regions one member writes for a later one, inside the process: a remote worker
-        keeps them in buffers of its own and does not send them back."""
-        found: list[str] = []
-        for _, stage in self.members:
-            found += [w for w in stage.writes if w not in found and w not in self.writes]
-        return tuple(found)
-
     def start(self, ctx: StageContext) -> None:
         for name, stage in self.members:
             # The members share the worker's index (an infer member picks its GPU by it) and the
             # stream info, which the worker loop fills in as STREAM messages arrive.
-            stage.start(StageContext(name, ctx.index, ctx.log, ctx.streams))
+            stage.start(StageContext(name, ctx.index, ctx.streams))
 
     def _each(self, call: Callable[[Stage], Iterable[Frame]]) -> None:
         """`call` on every member in order, whatever it yields consumed; a failure names the member."""
@@ -111,6 +85,29 @@ class _Members(Stage):
     def pool_removed(self, pool: FramePool) -> None:
         for _, stage in self.members:
             stage.pool_removed(pool)
+
+
+def _reads(members: Sequence[tuple[str, Stage]]) -> tuple[str, ...]:
+    """The slot regions the members read that no earlier member writes: what a remote worker of the
+    fused stage must be sent (pipeline.remote)."""
+    found: list[str] = []
+    written: set[str] = set()
+    for _, stage in members:
+        found += [r for r in stage.reads if r not in written and r not in found]
+        written.update(stage.writes)
+    return tuple(found)
+
+
+def _writes(members: Sequence[tuple[str, Stage]]) -> tuple[str, ...]:
+    """The slot regions the members write that no later member reads: what a remote worker sends
+    back. A region passed from one member to the next (the model input, from preprocess to infer)
+    stays inside the fused stage; the stages after it (the outputs) read only the image and the
+    composited image."""
+    found: list[str] = []
+    for i, (_, stage) in enumerate(members):
+        later = {r for _, after in members[i + 1 :] for r in after.reads}
+        found += [w for w in stage.writes if w not in found and w not in later]
+    return tuple(found)
 
 
 def _run(name: str, stage: Stage, frame: Frame) -> Frame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ from engines.base import Engine
 from pipeline.errors import EngineError
 from pipeline.frame import Frame, Stage, StageContext
 from stages.tasks.base import Task
+
+log = logging.getLogger(__name__)
 
 
 class Infer(Stage):
@@ -44,10 +47,10 @@ class Infer(Stage):
         # The model as loaded (after any dimension rewrite) must fit the task; this also tells the
         # task which outputs it needs, so the others never leave this process.
         self.task.check_model(self.engine.inputs, self.engine.outputs)
-        ctx.log.info("infer[%d]: %s on %s", ctx.index, self.engine.backend, self.engine.provider)
+        log.info("infer[%d]: %s on %s", ctx.index, self.engine.backend, self.engine.provider)
         self._batchable, self._engine_batch = _batch_support(self.engine, self.task.input_name)
         if self.max_batch > 1 and not self._batchable:
-            ctx.log.warning(
+            log.warning(
                 "infer[%d]: the model takes a fixed batch of 1 (its graph cannot be rewritten for "
                 "more); max_batch %d runs frame by frame",
                 ctx.index,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.frame import Frame, Stage, StageContext
+from pipeline.frame import Frame, Stage
 from stages.tasks.base import Task
 
 
@@ -13,9 +13,6 @@ class Postprocess(Stage):
 
     def __init__(self, task: Task) -> None:
         self.task = task
-
-    def start(self, ctx: StageContext) -> None:
-        self.log = ctx.log
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         result = self.task.postprocess(frame.tensors, frame.meta, frame.width, frame.height)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.frame import Frame, Stage, StageContext
+from pipeline.frame import Frame, Stage
 from stages.tasks.base import Task
 
 
@@ -17,9 +17,6 @@ class Preprocess(Stage):
 
     def __init__(self, task: Task) -> None:
         self.task = task
-
-    def start(self, ctx: StageContext) -> None:
-        self.log = ctx.log
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         frame.meta = self.task.preprocess(frame.region("image"), frame.region("input"))

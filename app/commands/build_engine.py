@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser(
         "build-engine", help="build the TensorRT engine of a config into the engine cache"
@@ -24,11 +25,11 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
 
 
 def build_engine(args: argparse.Namespace) -> int:
+    from app.commands import load_job
+    from app.plan import build_task, check, engine_axes, engine_options
     from engines import cuda
     from engines.registry import build_request
     from engines.trt_build import ensure_engine, import_tensorrt
-    from app.commands import load_job
-    from app.plan import build_task, check, engine_axes, engine_options
 
     overrides: list[str] = []
     if args.precision:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser(
         "quantize",
@@ -63,16 +64,16 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.commands import load_job
+    from app.engine_inputs import task_feeds
+    from app.plan import build_task
     from engines.quantize import (
         QuantizeOptions,
         describe_float_nodes,
         mixed_frames,
         quantize_model,
     )
-    from app.commands import load_job
     from pipeline.errors import UsageError
-    from app.engine_inputs import task_feeds
-    from app.plan import build_task
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser("worker", help="run workers of one stage for a daemon on another host")
     add_config_args(parser)
@@ -40,10 +41,10 @@ def run_worker(args: argparse.Namespace) -> int:
     import re
 
     from app.commands import load_job
+    from app.plan import PRELOAD, build_plan
     from pipeline.errors import UsageError
     from pipeline.remote import MAX_CREDITS
     from pipeline.remote_workers import run_workers
-    from app.plan import PRELOAD, build_plan
 
     if not re.match(r"^tcp://[^/]+:\d{1,5}$", args.connect):
         raise UsageError(f"--connect {args.connect!r}: expected tcp://HOST:PORT (the daemon's transport.listen)")

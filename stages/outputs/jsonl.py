@@ -11,7 +11,7 @@ import numpy as np
 
 from pipeline.errors import FramewireError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def _plain(value: object) -> Any:
@@ -39,7 +39,7 @@ class JsonlWriter:
             self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as err:
             raise FramewireError(f"jsonl output {self.path}: cannot write: {err.strerror or err}") from err
-        logger.info("jsonl output %s: open", self.path)
+        log.info("jsonl output %s: open", self.path)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append `record` as one line; numpy scalars and arrays become plain JSON."""
@@ -62,7 +62,7 @@ class JsonlWriter:
             return
         self._file.close()
         self._file = None
-        logger.info("jsonl output %s: closed after %s records", self.path, self.records)
+        log.info("jsonl output %s: closed after %s records", self.path, self.records)
 
     def __enter__(self) -> JsonlWriter:
         self.open()

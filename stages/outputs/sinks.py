@@ -9,14 +9,14 @@ from typing import Any
 
 import cv2
 
+from media.video_reader import StreamInfo
+from media.video_writer import VideoFileWriter
 from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
 from pipeline.errors import FramewireError
 from pipeline.frame import Frame, Stage, StageContext
 from pipeline.publish import Publisher
-from media.video_reader import StreamInfo
 from stages.outputs.jsonl import JsonlWriter
 from stages.outputs.record import RECORD_VERSION, composited_image, frame_record
-from media.video_writer import VideoFileWriter
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,6 @@ class _PerSource(Stage):
 
     def start(self, ctx: StageContext) -> None:
         self.streams = ctx.streams
-        self.log = ctx.log
 
     def _open(self, source_id: str) -> Any:
         raise NotImplementedError

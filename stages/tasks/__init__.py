@@ -26,7 +26,7 @@ __all__ = [
     "validation_error",
 ]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 BUILTIN_TASKS: dict[str, str] = {
     "face_detection": "stages.tasks.face_detection:FaceDetection",
@@ -91,5 +91,5 @@ def _load_entry_point(entry: str) -> Any:
         if not hasattr(value, part):
             raise ConfigError(f"model.task: module {module_name!r} has no {attribute!r} ({entry!r})")
         value = getattr(value, part)
-    logger.debug("task %s loaded from %s", entry, getattr(module, "__file__", module_name))
+    log.debug("task %s loaded from %s", entry, getattr(module, "__file__", module_name))
     return value

@@ -19,7 +19,7 @@ from pipeline.errors import ConfigError
 from pipeline.tensors import TensorSpec
 from stages.tasks.base import Result, Task, TaskParams
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 STRIDES = (8, 16, 32)
 DIVISOR = 32

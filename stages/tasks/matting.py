@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.tensors import TensorSpec
 from stages.tasks.base import Result, Task, TaskParams
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 INPUT_NAME = "input.1"
 """Input name of the shipped U²-Netp file; `check_model` learns the name of another export."""

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import zmq
 
-from tests.support import clips
 from tests.e2e.helpers import (
     CLI,
     ROOT,
@@ -31,6 +30,7 @@ from tests.e2e.helpers import (
     read_jsonl,
     run_cli,
 )
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -236,3 +236,18 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     text = output.decode(errors="replace")
     assert proc.returncode == 0, text
     assert "\r[" in text and "120/120 frames" in text
+
+
+@pytest.mark.parametrize("source_id", ["eos", "stop", "0.9-x_Y"])
+def test_any_valid_source_id_processes_every_frame(tmp_path: Path, source_id: str) -> None:
+    # End of stream once travelled as a frame key spelled ("eos", source): a source called `eos`
+    # got no frame, and the job failed after a minute of "dropped a bad message from the hub".
+    proc = run_cli(
+        "run", "-c", str(ROOT / "configs" / "default.yaml"), "--set", f"sources.0.id={source_id}",
+        "--set", f"outputs.2.endpoint=ipc://{tmp_path}/out.sock", cwd=tmp_path, timeout=90,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not error_lines(proc.stderr) and "bad message" not in proc.stderr
+    records = read_jsonl(tmp_path / "out" / f"{source_id}.jsonl")
+    assert [r["seq"] for r in records] == list(range(120)) and {r["source"] for r in records} == {source_id}
+    assert clips.count_frames(tmp_path / "out" / f"{source_id}.mp4") == 120

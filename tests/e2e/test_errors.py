@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import clips
 from tests.e2e.helpers import ROOT, U2NETP, VIDEOS, error_lines, face_job, read_jsonl, run_cli
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
 

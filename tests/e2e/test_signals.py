@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support import clips
 from tests.e2e.helpers import VIDEOS, face_job, read_jsonl, start_cli
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -71,7 +71,7 @@ def assert_every_frame_out(tmp_path: Path, report: Report, supervisor: Superviso
     assert report.frames == {"a": 200}
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     assert [json.loads(x)["seq"] for x in lines] == list(range(200))
-    counted = supervisor.metrics._families["framewire_bad_messages_total"].values
+    counted = supervisor.metrics.values("framewire_bad_messages_total")
     assert sum(counted.values()) == bad, counted
 
 

@@ -124,7 +124,7 @@ def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path)
     assert report.restarts == {"infer": 1}
     assert time.monotonic() - started < 30
     assert_complete(tmp_path, "a", 80, ["pre", "inf", "post"])
-    stalls = supervisor.metrics._families["framewire_worker_stalls_total"].values
+    stalls = supervisor.metrics.values("framewire_worker_stalls_total")
     assert list(stalls.values()) == [1.0]
 
 
@@ -221,3 +221,33 @@ def test_dynamic_batching_across_sources_keeps_every_frame_in_order(tmp_path: Pa
         sizes += [r["meta"]["batch_seen"] for r in records(tmp_path, sid)]
     assert max(sizes) == 4 and all(1 <= s <= 4 for s in sizes)
     assert sum(sizes) / len(sizes) > 2  # three sources feed one slow worker: batches fill
+
+
+def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_worker(tmp_path: Path) -> None:
+    # Two infer workers that sleep at random put frames out of order; the tracker-like stage after
+    # them still sees each source's frames one after the other, each source on one of its workers.
+    middle = (
+        ("infer", 2, functools.partial(fakes.passthrough, "inf", 0.01)),
+        ("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path))),
+    )
+    sources = {"a": 60, "b": 60, "c": 60}
+    report = Supervisor(make_plan(tmp_path, sources, middle=middle, ordered=frozenset({"composite"}))).run()
+    assert report.exit_code == 0, report.error
+    for source, frames in sources.items():
+        assert_complete(tmp_path, source, frames, ["inf", "track"])
+        seen = [r["meta"]["track"] for r in records(tmp_path, source)]
+        assert all(s["in_order"] for s in seen)
+        assert len({s["worker"] for s in seen}) == 1
+        assert len(list(tmp_path.glob(f"{source}.flushed.*"))) == 1  # its worker let go of it at the end
+
+
+def test_when_the_worker_of_a_source_dies_the_source_moves_on_in_order(tmp_path: Path) -> None:
+    middle = (("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path), 0.005)),)
+    progress, killed = kill_when(30, "composite[")
+    supervisor = Supervisor(make_plan(tmp_path, {"a": 120}, middle=middle, ordered=frozenset({"composite"})), progress)
+    report = supervisor.run()
+    assert killed and report.exit_code == 0, report.error
+    assert report.restarts == {"composite": 1}
+    assert_complete(tmp_path, "a", 120, ["track"])
+    assert all(r["meta"]["track"]["in_order"] for r in records(tmp_path, "a"))
+    assert supervisor.metrics.values("framewire_source_moves_total") == {(("stage", "composite"),): 1.0}

@@ -211,3 +211,36 @@ def make_source_plan(raw: dict[str, Any]) -> Any:
     sid = str(raw["id"])
     kwargs = {"delay_s": float(raw.get("delay_s", 0.0))}
     return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs))
+
+
+class Ordered(Passthrough):
+    """A stage that keeps state per source (`ordered`): notes in each frame's meta which worker saw
+    it and whether it came right after the source's previous frame; on a source's end it leaves a
+    marker file `<source>.flushed.<worker>` in `path`."""
+
+    ordered = True
+
+    def __init__(self, name: str, path: str, max_sleep_s: float = 0.0) -> None:
+        super().__init__(name, max_sleep_s)
+        self.path = path
+        self.last: dict[str, int] = {}
+
+    def start(self, ctx: StageContext) -> None:
+        super().start(ctx)
+        self.index = ctx.index
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        last = self.last.get(frame.source_id)
+        self.last[frame.source_id] = frame.seq
+        (out,) = super().process(frame)
+        out.meta = {**out.meta, self.name: {"worker": self.index, "in_order": last is None or frame.seq == last + 1}}
+        yield out
+
+    def flush(self, source_id: str) -> Iterable[Frame]:
+        self.last.pop(source_id, None)
+        open(os.path.join(self.path, f"{source_id}.flushed.{self.index}"), "w").close()
+        return ()
+
+
+def ordered(name: str, path: str, max_sleep_s: float = 0.0) -> Ordered:
+    return Ordered(name, path, max_sleep_s)

@@ -200,7 +200,7 @@ class Session(threading.Thread):
         elif method == "TEARDOWN":
             self.closed.set()
         cseq = headers.get("cseq", "0")
-        lines = [f"RTSP/1.0 200 OK", f"CSeq: {cseq}", *(f"{k}: {v}" for k, v in extra.items())]
+        lines = ["RTSP/1.0 200 OK", f"CSeq: {cseq}", *(f"{k}: {v}" for k, v in extra.items())]
         if body:
             lines.append(f"Content-Length: {len(body)}")
         self._write(("\r\n".join(lines) + "\r\n\r\n" + body).encode())

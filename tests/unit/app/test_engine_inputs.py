@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config import SourceConfig, load_config
 from app.engine_inputs import calibration_batches, source_input_shapes
 from app.plan import engine_options
+from pipeline.config import SourceConfig, load_config
 from stages.tasks import resolve_task
 
 pytestmark = pytest.mark.timeout(60)

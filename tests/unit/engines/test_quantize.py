@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 import run_pipeline
+from app.engine_inputs import task_feeds
 from engines.onnxruntime import OnnxRuntimeEngine
 from engines.quantize import (
     FeedReader,
@@ -21,7 +22,6 @@ from engines.quantize import (
 )
 from pipeline.errors import ConfigError, EngineError
 from stages.tasks import resolve_task
-from app.engine_inputs import task_feeds
 from tests.support.clips import make_clip
 
 pytestmark = pytest.mark.timeout(120)

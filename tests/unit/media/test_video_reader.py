@@ -12,8 +12,8 @@ import av
 import numpy as np
 import pytest
 
-from pipeline.errors import SourceError
 from media.video_reader import DecodedFrame, StreamInfo, VideoReader, next_pts, to_bgr
+from pipeline.errors import SourceError
 from pipeline.uris import local_path, redact
 from sources.file import FileSource
 from tests.support import clips

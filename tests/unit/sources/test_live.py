@@ -22,8 +22,8 @@ import zmq
 from pipeline.config import CameraConfig, SourceConfig
 from pipeline.errors import SourceError
 from pipeline.frame import LiveFrameSource, SourceInterrupted
-from sources.file import FileSource
 from sources import build_source
+from sources.file import FileSource
 from sources.live import Backoff, LiveSource, camera_options, stream_options
 from sources.zmq import ZmqSource
 from tests.support.rtsp_server import free_port, spawn

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +216,7 @@ def test_stage_draws_into_output_and_keeps_the_decoded_image() -> None:
     original = image.copy()
     output = np.zeros_like(image)
     stage = CompositeStage([resolve_composite("pixelate", {}), resolve_composite("boxes", {}, 1)])
-    stage.start(StageContext("composite", 0, logging.getLogger("test")))
+    stage.start(StageContext("composite", 0))
 
     frame = _frame(_FakePool(image=image, output=output), {"faces": [FACE]})
     assert list(stage.process(frame)) == [frame]

@@ -4,16 +4,15 @@ wires `stages.fuse` / `stages.fuse_outputs` into fewer processes."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
+from app.plan import build_plan
 from pipeline.config import load_config
 from pipeline.frame import Frame, Stage, StageContext
 from stages.fused import Fused, MemberFailed, Outputs
-from app.plan import build_plan
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,7 +67,7 @@ def frame(seq: int = 0) -> Frame:
 
 
 def started(stage: Fused | Outputs) -> Fused | Outputs:
-    stage.start(StageContext("infer", 3, logging.getLogger("test"), {"cam": {"width": 4}}))
+    stage.start(StageContext("infer", 3, {"cam": {"width": 4}}))
     return stage
 
 

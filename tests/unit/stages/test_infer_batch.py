@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.plan import _infer, build_task
 from engines.base import Engine
 from engines.onnxruntime import OnnxRuntimeEngine
 from pipeline.config import validate_config
@@ -17,7 +18,6 @@ from pipeline.errors import EngineError
 from pipeline.frame import Frame, StageContext
 from pipeline.tensors import TensorSpec
 from stages.infer import Infer
-from app.plan import _infer, build_task
 from stages.tasks.base import Task
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,7 +97,7 @@ def _stage(engine: Engine, max_batch: int = 8) -> Infer:
     from stages.tasks.base import TaskParams
 
     stage = Infer(SumTask(TaskParams()), lambda index: engine, max_batch=max_batch, max_delay_ms=2.0)
-    stage.start(StageContext("infer", 0, logging.getLogger("test.infer")))
+    stage.start(StageContext("infer", 0))
     return stage
 
 
@@ -166,7 +166,7 @@ def test_yunet_batched_through_infer_equals_frame_by_frame() -> None:
     task = build_task(config)
     engine = OnnxRuntimeEngine(str(YUNET), threads=1, dynamic_axes={"input": (0, 2, 3)})
     stage = Infer(task, lambda index: engine, max_batch=4)
-    stage.start(StageContext("infer", 0, logging.getLogger("test.infer")))
+    stage.start(StageContext("infer", 0))
     rng = np.random.default_rng(4)
     inputs = [rng.random((1, 3, 64, 96), dtype=np.float32) * 255 for _ in range(3)]
     pool = FakePool(inputs)

@@ -1,0 +1,156 @@
+"""Loading a config: YAML, `--set` overrides, validation into one-line errors, input paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from pipeline.config.job import Config
+from pipeline.errors import ConfigError
+
+
+def load_config(
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None
+) -> Config:
+    """Read a YAML config (or `text`), apply `key.path=value` overrides, validate.
+
+    Raises ConfigError with one line naming the file, the key path and the bad value.
+    """
+    name = str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{name}: cannot read config file: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{name}:{where}: not valid YAML: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    for item in overrides:
+        apply_override(raw, item)
+    return validate_config(raw, name)
+
+
+def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{name}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line for the first error: `key.path: what is wrong (got value)`, plus how many more."""
+    errors = exc.errors(include_url=False)
+    # A failing item also fails its list's length check; the item's own error is the useful one.
+    locs = [tuple(e["loc"]) for e in errors]
+    errors = [
+        e for e in errors if not any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
+    ]
+    first = errors[0]
+    loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
+    key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
+    msg = first["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if first["type"] == "extra_forbidden":
+        line = f"{key}: unknown key"
+    elif first["type"] == "missing":
+        line = f"{key}: required key is missing"
+    elif not loc:
+        line = msg  # a model validator already named the key
+    else:
+        got = first.get("input")
+        shown = _short(got)
+        line = f"{key}: {msg} (got {shown})" if not isinstance(got, dict) else f"{key}: {msg}"
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more)"
+    return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the value holds
+
+
+def _is_union_tag(part: object) -> bool:
+    return isinstance(part, str) and part in {"video_file", "jsonl", "zmq"}
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply `a.b.0.c=value` to a raw config mapping; the value is parsed as YAML (`5`, `true`, `[1, 2]`)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key.path=value")
+    key, _, text = item.partition("=")
+    parts = [p for p in key.strip().split(".")]
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError(f"--set {item!r}: empty key in {key!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit():
+                raise ConfigError(f"--set {key}: {where!r} must be a list index")
+            index = int(part)
+            if index > len(node):
+                raise ConfigError(f"--set {key}: index {index} is past the end of a list of {len(node)}")
+            if index == len(node):
+                node.append({} if not last else value)
+            if last:
+                node[index] = value
+            else:
+                if not isinstance(node[index], dict | list):
+                    node[index] = {}
+                node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                child = node.get(part)
+                if not isinstance(child, dict | list):
+                    child = {}
+                    node[part] = child
+                node = child
+        else:
+            raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def resolve_path(template: str, source_id: str) -> str:
+    """An output path with `{source_id}` filled in."""
+    return template.replace("{source_id}", source_id)
+
+
+def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
+    """Relative input paths (`model.path`, file sources) that do not exist from the current folder
+    but do under one of `roots` (the project), resolved there: the shipped configs then run from
+    anywhere. Output paths stay relative to the current folder."""
+
+    def find(path: str) -> str:
+        if "://" in path or Path(path).is_absolute() or Path(path).exists():
+            return path
+        for root in roots:
+            candidate = Path(root) / path
+            if candidate.exists():
+                return str(candidate)
+        return path
+
+    sources = tuple(s.model_copy(update={"uri": find(s.uri)}) for s in config.sources)
+    model = config.model.model_copy(update={"path": find(config.model.path)})
+    return config.model_copy(update={"sources": sources, "model": model})

@@ -1,0 +1,277 @@
+"""Routing without processes (pipeline.routing): the order of frames per source, their way through
+the stages, end of stream, dispatch by credits, requeue after a death, and sources that stick to one
+worker of a stage that keeps per-source state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pipeline.routing import EndOfStream, FrameKey, FrameState, Router
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Worker:
+    """A peer as routing sees it, recording what it was sent."""
+
+    def __init__(self, name: str, credits: int = 2) -> None:
+        self.name = name
+        self.credits = credits
+        self.inflight: dict[FrameKey, float] = {}
+        self.ready = True
+        self.got: list[Any] = []
+        self.reachable = True
+
+    @property
+    def available(self) -> bool:
+        return self.ready
+
+    def answer(self, key: FrameKey) -> None:
+        del self.inflight[key]
+        self.credits += 1
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Hub:
+    """A router and its workers, with the hub's part of the loop done by hand."""
+
+    def __init__(self, stages: tuple[str, ...] = ("pre", "infer"), outputs: tuple[str, ...] = ("out",),
+                 ordered: tuple[str, ...] = (), workers: dict[str, list[Worker]] | None = None) -> None:
+        self.done: list[FrameKey] = []
+        self.router = Router(stages, outputs, ordered=ordered, on_done=lambda key, state: self.done.append(key))
+        self.workers = workers or {name: [Worker(f"{name}0")] for name in stages + outputs}
+
+    def dispatch(self) -> None:
+        self.router.dispatch(lambda stage: self.workers.get(stage, []), self._work, self._end, 0.0)
+
+    @staticmethod
+    def _work(worker: Worker, key: FrameKey, state: FrameState) -> bool:
+        if not worker.reachable:
+            return False
+        worker.got.append(key)
+        return True
+
+    @staticmethod
+    def _end(worker: Worker, source: str) -> None:
+        worker.got.append(EndOfStream(source))
+
+    def admit(self, source: str, seqs: range | list[int]) -> None:
+        for seq in seqs:
+            self.router.admit(source, seq, {"slot": seq}, {})
+
+    def finish(self, worker: Worker, stage: str, key: FrameKey) -> None:
+        """The worker answers RESULT for `key` at `stage`."""
+        worker.answer(key)
+        assert self.router.done(key, stage, {"slot": key.seq, "by": worker.name}, {})
+
+    def write(self, worker: Worker, key: FrameKey) -> None:
+        worker.answer(key)
+        self.router.written(key)
+
+
+def run_through(hub: Hub, stage: str, order: list[int] | None = None, source: str = "cam") -> None:
+    """Dispatch, then let the stage's only worker answer what it got (in `order` of seq if given)."""
+    hub.dispatch()
+    worker = hub.workers[stage][0]
+    keys = [k for k in worker.got if isinstance(k, FrameKey) and k in worker.inflight]
+    if order is not None:
+        keys = sorted(keys, key=lambda k: order.index(k.seq))
+    for key in keys:
+        hub.finish(worker, stage, key)
+
+
+def test_frames_reach_the_outputs_in_seq_order_whatever_order_the_stages_finish_them() -> None:
+    hub = Hub(workers={"pre": [Worker("pre0", 8)], "infer": [Worker("infer0", 8)], "out": [Worker("out0", 8)]})
+    hub.router.open("cam")
+    hub.admit("cam", range(4))
+    run_through(hub, "pre", order=[3, 1, 0, 2])
+    run_through(hub, "infer", order=[2, 3, 0, 1])
+    hub.dispatch()
+    assert hub.workers["out"][0].got == [FrameKey("cam", i) for i in range(4)]
+
+
+def test_end_of_stream_follows_the_last_frame_and_any_source_id_works() -> None:
+    # "eos" was once a frame key's spelling of end of stream: a source called that got no frames.
+    hub = Hub(stages=("infer",), workers={"infer": [Worker("infer0", 8)], "out": [Worker("out0", 8)]})
+    hub.router.open("eos")
+    hub.admit("eos", range(3))
+    assert hub.router.end("eos", 3) == 3
+    run_through(hub, "infer", source="eos")
+    hub.dispatch()
+    out = hub.workers["out"][0]
+    assert out.got == [FrameKey("eos", 0), FrameKey("eos", 1), FrameKey("eos", 2), EndOfStream("eos")]
+    for key in out.got[:3]:
+        hub.write(out, key)
+    assert hub.done == [FrameKey("eos", i) for i in range(3)] and not hub.router.frames
+    assert hub.router.ended("eos")
+
+
+def test_an_end_counts_only_the_frames_that_arrived() -> None:
+    hub = Hub()
+    hub.router.open("cam")
+    hub.admit("cam", range(2))
+    assert hub.router.end("cam", 5) == 2
+    assert hub.router.ending("cam") and not hub.router.ended("cam")
+
+
+def test_a_stale_frame_is_stepped_over_and_a_failed_one_goes_on_unprocessed() -> None:
+    hub = Hub(stages=("pre", "infer"), workers={"pre": [Worker("pre0", 8)], "infer": [Worker("infer0", 8)],
+                                                  "out": [Worker("out0", 8)]})
+    hub.router.open("cam")
+    hub.admit("cam", range(3))
+    hub.dispatch()
+    pre = hub.workers["pre"][0]
+    pre.answer(FrameKey("cam", 0))
+    state = hub.router.drop(FrameKey("cam", 0))  # stale at pre
+    assert state is not None and state.slot == 0
+    pre.answer(FrameKey("cam", 1))
+    assert hub.router.fail(FrameKey("cam", 1), "pre", "bad pixels")
+    hub.finish(pre, "pre", FrameKey("cam", 2))
+    run_through(hub, "infer")
+    hub.dispatch()
+    assert hub.workers["out"][0].got == [FrameKey("cam", 1), FrameKey("cam", 2)]
+    assert hub.router.frames[FrameKey("cam", 1)].header["error"] == "pre: bad pixels"
+
+
+def test_a_late_or_duplicate_answer_changes_nothing() -> None:
+    hub = Hub()
+    hub.router.open("cam")
+    hub.admit("cam", [0])
+    key = FrameKey("cam", 0)
+    assert hub.router.at(key, "pre") is not None and hub.router.at(key, "infer") is None
+    assert not hub.router.done(key, "infer", {}, {})
+    assert not hub.router.fail(key, "infer", "late")
+    assert hub.router.at(key, "pre") is not None
+
+
+def test_work_goes_to_the_least_busy_worker_with_credits_and_waits_without_one() -> None:
+    a, b = Worker("a", 2), Worker("b", 1)
+    hub = Hub(stages=("infer",), workers={"infer": [a, b], "out": []})
+    hub.router.open("cam")
+    hub.admit("cam", range(5))
+    hub.dispatch()
+    assert a.got == [FrameKey("cam", 0), FrameKey("cam", 2)] and b.got == [FrameKey("cam", 1)]
+    assert hub.router.depth("infer") == 2 and a.credits == 0 and b.credits == 0
+    b.reachable = False  # not connected yet: the frame stays first in the queue
+    b.answer(FrameKey("cam", 1))
+    hub.dispatch()
+    assert list(hub.router.queues["infer"]) == [FrameKey("cam", 3), FrameKey("cam", 4)]
+
+
+def test_an_end_of_stream_waits_for_an_output_worker() -> None:
+    hub = Hub(stages=(), workers={"out": []})
+    hub.router.open("cam")
+    hub.router.end("cam", 0)
+    hub.dispatch()
+    assert list(hub.router.queues["out"]) == [EndOfStream("cam")]
+    late = Worker("out0")
+    hub.workers["out"] = [late]
+    hub.dispatch()
+    assert late.got == [EndOfStream("cam")]
+
+
+def test_the_frames_of_a_dead_worker_go_back_first_in_order() -> None:
+    a, b = Worker("a", 3), Worker("b", 3)
+    hub = Hub(stages=("infer",), workers={"infer": [a], "out": []})
+    hub.router.open("cam")
+    hub.admit("cam", range(5))
+    hub.dispatch()
+    assert set(a.inflight) == {FrameKey("cam", i) for i in range(3)}
+    lost = hub.router.requeue("infer", a)
+    assert sorted(lost) == [FrameKey("cam", i) for i in range(3)]
+    assert list(hub.router.queues["infer"]) == [FrameKey("cam", i) for i in range(5)]
+    hub.workers["infer"] = [b]
+    hub.dispatch()
+    assert b.got == [FrameKey("cam", i) for i in range(3)]
+
+
+# --- ordered stages (Stage.ordered) ---------------------------------------------------------------
+
+
+def ordered_hub(workers: int = 2, credits: int = 8) -> Hub:
+    return Hub(
+        stages=("infer", "track"),
+        ordered=("track",),
+        workers={
+            "infer": [Worker("infer0", 64)],
+            "track": [Worker(f"track{i}", credits) for i in range(workers)],
+            "out": [Worker("out0", 64)],
+        },
+    )
+
+
+def test_each_source_sticks_to_one_worker_and_gets_its_frames_in_seq_order() -> None:
+    hub = ordered_hub()
+    for source in ("a", "b"):
+        hub.router.open(source)
+        hub.admit(source, range(4))
+    hub.dispatch()
+    infer = hub.workers["infer"][0]
+    for key in sorted(infer.got, key=lambda k: (-k.seq, k.source)):  # infer finishes them backwards
+        hub.finish(infer, "infer", key)
+    hub.dispatch()
+    t0, t1 = hub.workers["track"]
+    by_source = {src: [w for w in (t0, t1) if any(k.source == src for k in w.got)] for src in ("a", "b")}
+    assert all(len(ws) == 1 for ws in by_source.values()) and by_source["a"] != by_source["b"]
+    for source, (worker,) in by_source.items():
+        assert [k.seq for k in worker.got if k.source == source] == [0, 1, 2, 3]
+
+
+def test_an_ordered_stage_waits_for_the_next_seq_and_steps_over_frames_that_never_come() -> None:
+    hub = ordered_hub(workers=1)
+    hub.router.open("cam")
+    hub.admit("cam", range(4))
+    hub.dispatch()
+    infer = hub.workers["infer"][0]
+    hub.finish(infer, "infer", FrameKey("cam", 2))
+    hub.dispatch()
+    track = hub.workers["track"][0]
+    assert track.got == []  # 0 and 1 are not there yet
+    infer.answer(FrameKey("cam", 0))
+    hub.router.fail(FrameKey("cam", 0), "infer", "broken")  # never reaches track
+    infer.answer(FrameKey("cam", 1))
+    hub.router.drop(FrameKey("cam", 1))  # stale: never reaches track either
+    hub.dispatch()
+    assert track.got == [FrameKey("cam", 2)]
+    hub.finish(infer, "infer", FrameKey("cam", 3))
+    hub.router.end("cam", 4)
+    hub.dispatch()
+    assert track.got == [FrameKey("cam", 2), FrameKey("cam", 3), EndOfStream("cam")]  # it lets go of the source
+
+
+def test_an_ordered_source_waits_for_its_own_worker_to_have_room() -> None:
+    hub = ordered_hub(workers=2, credits=1)
+    hub.router.open("cam")
+    hub.admit("cam", range(3))
+    run_through(hub, "infer")
+    hub.dispatch()
+    t0, t1 = hub.workers["track"]
+    assert t0.got == [FrameKey("cam", 0)] and t1.got == []  # t1 is idle, but the source is t0's
+    hub.finish(t0, "track", FrameKey("cam", 0))
+    hub.dispatch()
+    assert t0.got == [FrameKey("cam", 0), FrameKey("cam", 1)] and t1.got == []
+
+
+def test_when_its_worker_dies_a_source_moves_on_in_order_and_the_move_is_counted() -> None:
+    hub = ordered_hub(workers=2)
+    hub.router.open("cam")
+    hub.admit("cam", range(4))
+    run_through(hub, "infer")
+    hub.dispatch()
+    t0, t1 = hub.workers["track"]
+    first = t0 if t0.got else t1
+    other = t1 if first is t0 else t0
+    hub.finish(first, "track", FrameKey("cam", 0))
+    lost = hub.router.requeue("track", first)
+    assert sorted(lost) == [FrameKey("cam", i) for i in (1, 2, 3)]
+    first.ready = False
+    hub.dispatch()
+    assert other.got == [FrameKey("cam", i) for i in (1, 2, 3)]
+    assert hub.router.moved == {"track": 1}
+    hub.router.end("cam", 4)
+    hub.dispatch()
+    assert other.got[-1] == EndOfStream("cam")
