@@ -135,6 +135,7 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         assert status == 202
         wait_for(lambda: (tmp_path / "endless.closed").exists())
         wait_for(lambda: [s["id"] for s in request(job.url + "/sources")[1]["sources"]] == ["other"])
+        wait_for(lambda: (tmp_path / "other.jsonl").exists())  # its decode worker may start later
         before = len((tmp_path / "other.jsonl").read_text().splitlines())
         time.sleep(0.5)
         assert len((tmp_path / "other.jsonl").read_text().splitlines()) > before
