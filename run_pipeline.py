@@ -156,6 +156,9 @@ def _run(args: argparse.Namespace, level: int) -> int:
     fps = total / report.elapsed_s if report.elapsed_s > 0 else 0.0
     for source_id, frames in report.frames.items():
         extra = []
+        read = report.read.get(source_id, frames)
+        if read != frames:
+            extra.append(f"{read} read")
         if report.dropped.get(source_id):
             extra.append(f"{report.dropped[source_id]} dropped")
         if report.failed.get(source_id):

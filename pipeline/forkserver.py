@@ -11,6 +11,9 @@ import multiprocessing
 from collections.abc import Sequence
 from typing import Any
 
+WORKER_SIGNALS = "pipeline.worker_signals"
+"""Preloaded first: the fork server and its workers leave SIGTERM and SIGINT to the supervisor."""
+
 
 def worker_context(preload: Sequence[str] = ()) -> Any:
     """How workers start: forked from a fork server, or spawned where there is none.
@@ -24,8 +27,8 @@ def worker_context(preload: Sequence[str] = ()) -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    if preload:
-        context.set_forkserver_preload(list(preload))  # takes effect when the server starts
+    # Always set, so the server ignores the stop signals whatever else it preloads (pipeline.worker_signals).
+    context.set_forkserver_preload([WORKER_SIGNALS, *preload])  # takes effect when the server starts
     return context
 
 

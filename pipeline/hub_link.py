@@ -65,9 +65,10 @@ def setup_process(spec: WorkerSpec) -> None:
         setproctitle.setproctitle(spec.title)
     except ImportError:  # optional: ps shows python instead
         pass
-    # Ctrl-C reaches the whole process group; only the supervisor decides how to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Ctrl-C, systemd and `kill -TERM -PGID` signal the whole process group; only the supervisor
+    # decides how to stop (a remote worker's RemoteWatch takes SIGTERM back: it leaves with BYE).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(
         level=spec.log_level, format=f"%(asctime)s {spec.stage}[{spec.index}] %(levelname)s %(message)s"
     )

@@ -45,6 +45,8 @@ class SourceRecord:
     closed: set[str] = field(default_factory=set)
     """Outputs that closed the source's files."""
     done_frames: int = 0
+    read: int | None = None
+    """Frames its decode worker delivered, known at its end of stream."""
     failed: int = 0
     dropped: int = 0
     error: str | None = None
@@ -89,6 +91,7 @@ class SourceRecord:
         """Its counts into the job's report (when it retires, or at the end)."""
         sid = self.source_id
         report.frames[sid] = self.done_frames
+        report.read[sid] = self.read if self.read is not None else self.done_frames
         report.failed[sid] = self.failed
         report.dropped[sid] = self.dropped + self.stale
         report.stale[sid] = self.stale
@@ -163,7 +166,7 @@ class Inputs:
             # Alone, the job's final error line says it; beside others, say it as it happens.
             level = logging.WARNING if len(self.sources) > 1 else logging.INFO
             log.log(level, "source %s ended with an error: %s", record.source_id, record.error)
-        self.router.end(record.source_id, int(header.get("frames", self.router.received(record.source_id))))
+        record.read = self.router.end(record.source_id, int(header.get("frames", self.router.received(record.source_id))))
 
     def on_stats(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
         record = self.sources.get(str(header.get("source")))
@@ -189,7 +192,7 @@ class Inputs:
         record.error = f"decode worker for source {record.source_id} died ({how})"
         log.warning("%s", record.error)
         worker.finished = True
-        self.router.end(record.source_id, self.router.received(record.source_id))
+        record.read = self.router.end(record.source_id, self.router.received(record.source_id))
 
     def drop_stale(self, key: FrameKey) -> None:
         """A frame that reached inference too late (the source's `max_staleness_ms`): it is dropped,

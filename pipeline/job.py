@@ -118,6 +118,9 @@ class Report:
     exit_code: int = 0
     error: str | None = None
     frames: dict[str, int] = field(default_factory=dict)
+    """Frames every output wrote, per source."""
+    read: dict[str, int] = field(default_factory=dict)
+    """Frames each source's decode worker delivered (its end of stream says how many)."""
     failed: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     source_errors: dict[str, str] = field(default_factory=dict)

@@ -205,16 +205,19 @@ class Pump:
     def _read_all(self, frames: Iterator[tuple[np.ndarray | PendingPixels, int, float]]) -> None:
         pending: Pending | None = None
         limit = self.options.max_frames
+        block = self.options.policy == Policy.BLOCK
         while not self.grants.stop and (limit is None or self.seq < limit):
             self._check_supervisor()
+            # `block` holds a slot before it reads: a stop that comes while it waits leaves no frame
+            # read and not sent, so every frame read is written.
+            if block and not self._wait_for_slot():
+                break
             try:
                 image, pts, time_s = next(frames)
             except StopIteration:
                 break
             read = (image, pts, time_s, self._due(time_s))
-            if self.options.policy == Policy.BLOCK:
-                if not self._wait_for_slot():
-                    break
+            if block:
                 self._send(read)
                 continue
             pending = self._keep(pending, read)
