@@ -237,7 +237,7 @@ def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> C
     try:
         validated = cls.Params.model_validate(entry)
     except ValidationError as exc:
-        raise validation_error(exc, f"composite.{index}") from None
+        raise validation_error(exc, f"composite.{index}", cls.Params) from None
     return cls(validated)
 
 

@@ -40,7 +40,16 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
-    """The config of `-c` with its `--set` overrides (then `extra`), inputs resolved against ROOT."""
+    """The config of `-c` with its `--set` overrides (then `extra`), inputs resolved against ROOT;
+    the task's and the composites' own keys are checked too, so their errors name the file as well."""
+    from app.plan import build_composites, build_task
     from pipeline.config import load_config, resolve_inputs
+    from pipeline.errors import ConfigError
 
-    return resolve_inputs(load_config(args.config, [*args.overrides, *extra]), [ROOT])
+    config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), [ROOT])
+    try:
+        build_task(config)
+        build_composites(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{args.config}: {exc}") from None
+    return config

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from pipeline.config import env, keys
 from pipeline.config.job import Config
 from pipeline.errors import ConfigError
 
 
 def load_config(
-    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Config:
-    """Read a YAML config (or `text`), apply `key.path=value` overrides, validate.
+    """Read a YAML config (or `text`), apply `key.path=value` overrides, fill in `${VAR}`s from
+    `environ` (the process's environment by default), validate.
 
     Raises ConfigError with one line naming the file, the key path and the bad value.
     """
@@ -41,6 +45,10 @@ def load_config(
         raise ConfigError(f"{name}: the top level must be a mapping of keys, got {type(raw).__name__}")
     for item in overrides:
         apply_override(raw, item)
+    try:
+        raw = env.expand(raw, environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
     return validate_config(raw, name)
 
 
@@ -48,36 +56,65 @@ def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(f"{name}: {describe_validation_error(exc)}") from None
+        raise ConfigError(f"{name}: {describe_validation_error(exc, model=Config)}") from None
 
 
-def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """One line for the first error: `key.path: what is wrong (got value)`, plus how many more."""
-    errors = exc.errors(include_url=False)
-    # A failing item also fails its list's length check; the item's own error is the useful one.
-    locs = [tuple(e["loc"]) for e in errors]
-    errors = [
-        e for e in errors if not any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)
-    ]
+def describe_validation_error(
+    exc: ValidationError, prefix: str = "", *, model: type[BaseModel] | None = None, also_known: Sequence[str] = ()
+) -> str:
+    """One line for the first error, unknown keys first: `key.path: what is wrong (got value)`,
+    plus how many more. With `model` (what was validated), an unknown key gets a "did you mean"
+    among the keys its mapping takes (and `also_known`, keys taken before validation)."""
+    errors = _useful(exc.errors(include_url=False))
+    hints = {tuple(e["loc"]): _hint(e, model, also_known) for e in errors if e["type"] == "extra_forbidden"}
+    # A misspelt required key also shows as missing: the unknown key, with its hint, says it all.
+    hinted = {loc[:-1] + (hint,) for loc, hint in hints.items() if hint}
+    errors = [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in hinted)]
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")  # stable: the rest keep their order
     first = errors[0]
     loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
     key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
-    msg = first["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
+    msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        line = f"{key}: unknown key"
+        hint = hints.get(tuple(first["loc"]))
+        line = f"{key}: unknown key" + (f" (did you mean {hint}?)" if hint else "")
     elif first["type"] == "missing":
         line = f"{key}: required key is missing"
-    elif not loc:
-        line = msg  # a model validator already named the key
+    elif first["type"] == "value_error" and _KEYED.match(msg):
+        line = _keyed(key if loc or prefix else "", msg)
     else:
         got = first.get("input")
-        shown = _short(got)
-        line = f"{key}: {msg} (got {shown})" if not isinstance(got, dict) else f"{key}: {msg}"
+        line = f"{key}: {msg} (got {_short(got)})" if not isinstance(got, dict) else f"{key}: {msg}"
     if len(errors) > 1:
         line += f" (and {len(errors) - 1} more)"
     return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the value holds
+
+
+_KEYED = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*: ")
+"""A validator's message that starts with the key it is about: `listen: ...` or `transport.listen: ...`."""
+
+
+def _keyed(key: str, msg: str) -> str:
+    """One prefix, not two: a message that names its key in full stays as it is (`http.host: ...`
+    under `http`), one that names it from inside the mapping gets the mapping's path in front."""
+    named = msg.split(": ", 1)[0]
+    if not key or named == key or named.startswith(key + "."):
+        return msg
+    return f"{key}.{msg}"
+
+
+def _useful(errors: list[Any]) -> list[Any]:
+    """A failing item also fails its list's length check; the item's own error is the useful one."""
+    locs = [tuple(e["loc"]) for e in errors]
+    return [e for e in errors if not any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)]
+
+
+def _hint(error: Any, model: type[BaseModel] | None, also_known: Sequence[str]) -> str | None:
+    loc = tuple(error["loc"])
+    known = list(also_known) if len(loc) == 1 else []
+    if model is not None:
+        known += keys.known_keys(model, loc[:-1])
+    return keys.suggest(str(loc[-1]), known)
 
 
 def _is_union_tag(part: object) -> bool:
@@ -90,17 +127,16 @@ def _short(value: object) -> str:
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
-    """Apply `a.b.0.c=value` to a raw config mapping; the value is parsed as YAML (`5`, `true`, `[1, 2]`)."""
+    """Apply `a.b.0.c=value` to a raw config mapping. The value is parsed as YAML (`5`, `true`,
+    `[1, 2]`), except for a key that takes text: there it is kept as typed (`12345`, `no`, a `#`),
+    unless quoted; `null` clears a key that may be null."""
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected key.path=value")
     key, _, text = item.partition("=")
     parts = [p for p in key.strip().split(".")]
     if not key.strip() or any(not p for p in parts):
         raise ConfigError(f"--set {item!r}: empty key in {key!r}")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+    value = _override_value(parts, text)
     node: Any = raw
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -130,6 +166,21 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
                 node = child
         else:
             raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def _override_value(parts: list[str], text: str) -> Any:
+    is_text, nullable = keys.text_key(Config, parts)
+    stripped = text.strip()
+    if is_text:
+        if nullable and stripped in ("null", "~"):
+            return None
+        quoted = len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "'\""
+        if not quoted:
+            return text
+    try:
+        return yaml.safe_load(text) if stripped else ""
+    except yaml.YAMLError:
+        return text
 
 
 def resolve_path(template: str, source_id: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
+from pipeline import paths
 from pipeline.config.base import _Model
 
 
@@ -26,15 +27,69 @@ class CompositeConfig(BaseModel):
 
 class VideoFileOutput(_Model):
     kind: Literal["video_file"] = Field(description="H.264 MP4 of the composited frames.")
-    path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+    path: str = Field(
+        description="Output file, a template: `{source_id}`, `{index}` (the segment's number, e.g. "
+        "`{index:04d}`) and `{start}` (when its first frame was read, UTC; a strftime spec such as "
+        "`{start:%Y%m%d-%H%M%S}`) are filled in."
+    )
     crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
     preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
     audio: bool = Field(default=True, description="Copy the source's audio through when it has some.")
+    container: Literal["fmp4", "mp4"] = Field(
+        default="fmp4",
+        description="fmp4: fragmented MP4, playable up to its last complete fragment even when the "
+        "process is killed; mp4: one index written at the end, unplayable unless closed cleanly.",
+    )
+    fragment_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="fmp4: a keyframe and a fragment at least this often: what a crash may lose.",
+    )
+    segment_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Start a new file every this many seconds of video (the path needs {index} or "
+        "{start}); each closed segment is announced. null: one file per source.",
+    )
+    keep_segments: int | None = Field(
+        default=None, ge=1, description="Retention: keep at most this many segment files per source."
+    )
+    keep_bytes: ByteSize | None = Field(
+        default=None, description="Retention: keep at most this much per source (bytes, or '20GiB', '500MB')."
+    )
+    keep_age_s: float | None = Field(
+        default=None, gt=0, description="Retention: delete segment files older than this many seconds."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_template(cls, value: str) -> str:
+        paths.check(value)
+        return value
+
+    @model_validator(mode="after")
+    def _segments(self) -> VideoFileOutput:
+        names = {name for name, _ in paths.fields(self.path)}
+        if self.segment_s is not None and not names & {"index", "start"}:
+            raise ValueError(f"path: {self.path!r} needs {{index}} or {{start}} with segment_s (one file per segment)")
+        keep = [k for k in ("keep_segments", "keep_bytes", "keep_age_s") if getattr(self, k) is not None]
+        if keep and self.segment_s is None:
+            raise ValueError(f"{keep[0]}: retention needs segment_s (it deletes old segments)")
+        return self
 
 
 class JsonlOutput(_Model):
-    kind: Literal["jsonl"] = Field(description="One JSON record per frame.")
+    kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
     path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_template(cls, value: str) -> str:
+        extra = {name for name, _ in paths.fields(value)} - {"source_id"}
+        if extra:
+            raise ValueError(f"only {{source_id}} is filled in a jsonl path, not {{{sorted(extra)[0]}}}")
+        return value
 
 
 class ZmqOutput(_Model):

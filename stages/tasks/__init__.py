@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from pipeline.config import describe_validation_error
 from pipeline.errors import ConfigError
 from stages.tasks.base import Result, Task, TaskParams
 
@@ -58,18 +59,16 @@ def resolve_task(task_name: str, params: Mapping[str, Any]) -> Task:
     try:
         validated = cls.Params.model_validate(dict(params))
     except ValidationError as exc:
-        raise validation_error(exc, "model") from None
+        raise validation_error(exc, "model", cls.Params, ("path", "task")) from None
     return cls(validated)
 
 
-def validation_error(exc: ValidationError, prefix: str) -> ConfigError:
-    """A one-line ConfigError naming each bad key as `<prefix>.<key path>` and the value given."""
-    problems = []
-    for error in exc.errors():
-        path = ".".join([prefix, *(str(part) for part in error["loc"])])
-        message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{path}: {message} (got {error['input']!r})")
-    return ConfigError("; ".join(problems))
+def validation_error(
+    exc: ValidationError, prefix: str, model: type[BaseModel] | None = None, also_known: Sequence[str] = ()
+) -> ConfigError:
+    """A one-line ConfigError as the config's own: unknown keys first, with a "did you mean" among
+    the keys `model` (what was validated) and `also_known` take, each named `<prefix>.<key path>`."""
+    return ConfigError(describe_validation_error(exc, prefix, model=model, also_known=also_known))
 
 
 def _load_entry_point(entry: str) -> Any:

@@ -57,7 +57,7 @@ def test_task_parameters_sit_beside_path_and_task() -> None:
 
 def test_unknown_key_is_named() -> None:
     message = error_of(MINIMAL.replace("uri: clip.mp4", "uri: clip.mp4\n    polcy: block"))
-    assert message == "test.yaml: sources.0.polcy: unknown key"
+    assert message == "test.yaml: sources.0.polcy: unknown key (did you mean policy?)"
 
 
 def test_wrong_type_names_key_and_value() -> None:

@@ -71,9 +71,9 @@ def test_a_latency_budget_goes_with_any_policy() -> None:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("{id: a, uri: clip.mp4, rtsp_transport: udp}", "sources.0: rtsp_transport: only for rtsp:// sources"),
+        ("{id: a, uri: clip.mp4, rtsp_transport: udp}", "sources.0.rtsp_transport: only for rtsp:// sources"),
         ("{id: a, uri: 'rtsp://h/s', rtsp_transport: quic}", "sources.0.rtsp_transport: Input should be 'tcp' or 'udp'"),
-        ("{id: a, uri: 'rtsp://h/s', camera: {fps: 5}}", "sources.0: camera: only for V4L2 cameras"),
+        ("{id: a, uri: 'rtsp://h/s', camera: {fps: 5}}", "sources.0.camera: only for V4L2 cameras"),
         ("{id: a, uri: /dev/video0, camera: {width: 640}}", "sources.0.camera: width and height go together"),
         ("{id: a, uri: 'rtsp://h/s', policy: block, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),
         ("{id: a, uri: clip.mp4, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),

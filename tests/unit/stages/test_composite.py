@@ -176,7 +176,8 @@ def test_unknown_kind_names_the_index() -> None:
         ("blur", {"expand": -1}, ["composite.1.expand", "-1"]),
         ("boxes", {"color": [0, 300, 0]}, ["composite.1.color.1", "300"]),
         ("pixelate", {"blocks": 0}, ["composite.1.blocks", "0"]),
-        ("blur", {"radius": 3}, ["composite.1.radius", "Extra inputs"]),
+        ("blur", {"radius": 3}, ["composite.1.radius: unknown key"]),
+        ("blur", {"strenght": 3}, ["composite.1.strenght: unknown key (did you mean strength?)"]),
         ("blur", {"kind": "pixelate"}, ["composite.1.kind", "'pixelate'"]),
     ],
 )

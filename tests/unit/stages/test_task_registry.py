@@ -122,7 +122,8 @@ def test_param_error_names_the_key_and_the_value() -> None:
         ("face_detection", {"input_size": [641, 288]}, ["model.input_size", "[641, 288]", "32"]),
         ("face_detection", {"input_size": "big"}, ["model.input_size", "'big'"]),
         ("face_detection", {"top_k": "many"}, ["model.top_k", "'many'"]),
-        ("face_detection", {"colour": "red"}, ["model.colour", "Extra inputs", "'red'"]),
+        ("face_detection", {"colour": "red"}, ["model.colour: unknown key"]),
+        ("face_detection", {"score_treshold": 0.5}, ["model.score_treshold: unknown key (did you mean score_threshold?)"]),
         ("matting", {"input_size": 16}, ["model.input_size", "16"]),
     ],
 )

@@ -1,0 +1,91 @@
+"""Output path templates: `out/{source_id}/{start:%Y%m%d-%H%M%S}-{index:04d}.mp4`.
+
+A template is a `str.format` string with three fields: `source_id`, `index` (the segment's number,
+an int: `{index:04d}`) and `start` (when the segment's first frame was read, UTC: a `strftime`
+spec, `{start:%Y-%m-%dT%H%M%S}`; `{start}` alone gives `20260102T030405Z`). The same template gives
+the pattern of the files it made (for retention) and finds the last index used (so a restarted
+recording goes on numbering instead of writing over its own segments).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import string
+from datetime import datetime, timezone
+
+FIELDS = ("source_id", "index", "start")
+_FORMATTER = string.Formatter()
+_EXAMPLE_START = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+class Start(datetime):
+    """A segment's start time: `{start}` without a spec reads `20260102T030405Z` (no spaces or colons)."""
+
+    def __format__(self, spec: str) -> str:
+        return super().__format__(spec or "%Y%m%dT%H%M%SZ")
+
+
+def start_of(epoch_s: float) -> Start:
+    moment = datetime.fromtimestamp(epoch_s, tz=timezone.utc)
+    return Start(*moment.timetuple()[:6], moment.microsecond, tzinfo=timezone.utc)
+
+
+def fields(template: str) -> list[tuple[str, str]]:
+    """The (field, spec) pairs of a template; ValueError names a bad one."""
+    found: list[tuple[str, str]] = []
+    try:
+        parsed = list(_FORMATTER.parse(template))
+    except ValueError as exc:
+        raise ValueError(f"not a valid path template: {exc} (write braces as {{{{ and }}}})") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in FIELDS or conversion:
+            raise ValueError(f"unknown placeholder {{{name}}} (use {{source_id}}, {{index}}, {{start}})")
+        found.append((name, spec or ""))
+    return found
+
+
+def check(template: str) -> set[str]:
+    """The fields a template uses, after rendering it once with example values (a bad spec fails here)."""
+    names = {name for name, _ in fields(template)}
+    try:
+        render(template, "cam", 0, _EXAMPLE_START.timestamp())
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a valid path template: {exc}") from None
+    return names
+
+
+def render(template: str, source_id: str, index: int = 0, start_s: float | None = None) -> str:
+    """The path of segment `index` of `source_id`, started at `start_s` (epoch seconds; now if None)."""
+    start = start_of(start_s if start_s is not None else datetime.now(timezone.utc).timestamp())
+    return template.format(source_id=source_id, index=index, start=start)
+
+
+def pattern(template: str, source_id: str) -> str:
+    """A glob that matches every file the template makes for `source_id`."""
+    out = []
+    for literal, name, _, _ in _FORMATTER.parse(template):
+        out.append(glob.escape(literal))
+        if name == "source_id":
+            out.append(glob.escape(source_id))
+        elif name is not None:
+            out.append("*")
+    return "".join(out)
+
+
+def last_index(template: str, source_id: str, paths: list[str]) -> int | None:
+    """The highest `{index}` among `paths` made by the template for `source_id`; None without one."""
+    regex = []
+    for literal, name, _, _ in _FORMATTER.parse(template):
+        regex.append(re.escape(literal))
+        if name == "source_id":
+            regex.append(re.escape(source_id))
+        elif name == "index":
+            regex.append(r"(?P<index>\d+)" if "(?P<index>" not in "".join(regex) else r"\d+")
+        elif name is not None:
+            regex.append(".*?")
+    compiled = re.compile("".join(regex) + r"\Z")
+    found = [int(m.group("index")) for p in paths if (m := compiled.match(p)) and "index" in m.groupdict()]
+    return max(found) if found else None
