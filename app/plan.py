@@ -21,6 +21,7 @@ from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
 from pipeline.remote import RemoteSettings
+from pipeline.uris import local_path, redact, source_kind
 from sources import build_source
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
@@ -246,4 +247,9 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source")) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[1]])
-    return source_plan(resolved.sources[0])
+    source = resolved.sources[0]
+    path = local_path(source.uri)
+    if path is not None and source_kind(source.uri) in ("file", "camera") and not Path(path).exists():
+        # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
+        raise ConfigError(f"source.uri: {source_kind(source.uri)} not found: {redact(source.uri)}")
+    return source_plan(source)

@@ -2,7 +2,8 @@
 
 The HTTP threads (pipeline.control) queue a `Command`; the hub loop takes the queue between two
 messages, runs each command here and hands its answer back: list, add or remove a source, drain
-(stop reading, finish what is in flight) or stop now.
+(stop reading, finish what is in flight) or stop now. An ended or failed source stays listed, with
+its counts and last error, until a DELETE removes it for good (its metric series go with it).
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ class Commands:
     """Runs the queued control commands against the job's sources."""
 
     def __init__(
-        self, plan: Plan, inputs: Inputs, request_stop: Callable[[], None], stopping: Callable[[], bool]
+        self,
+        plan: Plan,
+        inputs: Inputs,
+        request_stop: Callable[[], None],
+        stopping: Callable[[], bool],
+        forget: Callable[[str], None] = lambda source_id: None,
     ) -> None:
         self.plan = plan
         self.inputs = inputs
         self.request_stop = request_stop
         self.stopping = stopping
+        self.forget = forget
+        """Drops a removed source's metric series."""
 
     def run_queued(self, server: ControlServer) -> None:
         while True:
@@ -46,16 +54,11 @@ class Commands:
 
     def run(self, command: Command) -> None:
         if command.action == "list":
-            command.answer(200, {"sources": [self.inputs.describe(s) for s in self.inputs.sources.values()]})
+            command.answer(200, {"sources": [self.inputs.describe(s) for s in self.inputs.every()]})
         elif command.action == "add":
             self._add(command)
         elif command.action == "remove":
-            record = self.inputs.sources.get(str(command.body))
-            if record is None:
-                command.answer(404, {"error": f"no source {command.body!r}"})
-                return
-            self.inputs.stop(record)
-            command.answer(202, {"removing": record.source_id})
+            self._remove(command, str(command.body))
         elif command.action in ("drain", "stop"):
             self.request_stop()
             if command.action == "stop":
@@ -63,6 +66,19 @@ class Commands:
             command.answer(202, {command.action: True})
         else:
             command.answer(404, {"error": f"unknown command {command.action!r}"})
+
+    def _remove(self, command: Command, source_id: str) -> None:
+        """A running source stops reading (202: its outputs close once its frames are done); an
+        ended one is forgotten (200)."""
+        record = self.inputs.sources.get(source_id)
+        if record is not None:
+            self.inputs.stop(record)
+            command.answer(202, {"removing": source_id})
+        elif self.inputs.forget(source_id):
+            self.forget(source_id)
+            command.answer(200, {"removed": source_id})
+        else:
+            command.answer(404, {"error": f"no source {source_id!r}"})
 
     def _add(self, command: Command) -> None:
         if self.plan.make_source is None:
@@ -76,6 +92,10 @@ class Commands:
         source = self.plan.make_source(command.body)
         if source.source_id in self.inputs.sources:
             command.answer(409, {"error": f"source {source.source_id!r} already exists"})
+            return
+        if source.source_id in self.inputs.ended:
+            command.answer(409, {"error": f"source {source.source_id!r} has ended and is still listed: "
+                                          f"DELETE /sources/{source.source_id} forgets it"})
             return
         record = self.inputs.add(source)
         log.info("source %s added", source.source_id)

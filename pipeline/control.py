@@ -1,13 +1,17 @@
-"""HTTP on localhost: `/metrics` (Prometheus), `/healthz`, and the control API.
+"""HTTP on localhost: `/metrics` (Prometheus), liveness and readiness, and the control API.
 
-    GET    /metrics            Prometheus text format
+    GET    /metrics            Prometheus text format (prometheus_client)
+    GET    /livez              {"live": bool}: 503 when the hub loop has stopped turning (restart me)
+    GET    /readyz             {"ready": bool, "reason": ...}: 503 while starting, waiting for
+                               workers, or stopping (send me no work, but do not restart me)
     GET    /healthz            {"live": bool, "ready": bool}; 503 unless both
-    GET    /sources            the sources and their state
+    GET    /sources            the sources (ended and failed ones too, until removed) and their state
     POST   /sources            add a source: a JSON object with the keys of a `sources:` item
-    DELETE /sources/<id>       stop reading a source; its outputs flush and close
+    DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
     POST   /drain              stop reading every source, finish what is in flight, exit
     POST   /stop               stop now (frames in flight are not finished)
 
+HEAD works wherever GET does, and a query string is ignored (`/metrics?x=1`, a probe's cache buster).
 The control endpoints need `Authorization: Bearer <token>` when `http.token` is set. The server
 threads never touch the supervisor's state: a command is queued, the hub loop runs it between two
 messages and hands the answer back.
@@ -25,8 +29,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-from pipeline.metrics import Metrics
+from pipeline.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ class ControlServer:
         port: int,
         token: str | None,
         metrics: Metrics,
-        health: Callable[[], dict[str, bool]],
+        health: Callable[[], dict[str, Any]],
     ) -> None:
         self.metrics = metrics
         self.health = health
@@ -113,16 +118,23 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "framewire"
     protocol_version = "HTTP/1.1"
+    head = False
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http: " + format, *args)
+
+    @property
+    def route(self) -> str:
+        """The path without its query string, percent-decoded."""
+        return unquote(urlsplit(self.path).path)
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head:
+            self.wfile.write(body)
 
     def _json(self, status: int, payload: Any) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json")
@@ -142,18 +154,30 @@ class _Handler(BaseHTTPRequestHandler):
         command = control.submit(action, body)
         self._json(command.status, command.reply)
 
+    def _probe(self, keys: tuple[str, ...]) -> None:
+        state = self.server.control.health()
+        ok = all(state.get(k, False) for k in keys)
+        shown = {k: v for k, v in state.items() if k in keys or (k == "reason" and not ok and "ready" in keys)}
+        self._json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, shown)
+
     def do_GET(self) -> None:
-        control = self.server.control
-        if self.path == "/metrics":
-            self._send(HTTPStatus.OK, control.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
-        elif self.path == "/healthz":
-            state = control.health()
-            ok = state.get("live", False) and state.get("ready", False)
-            self._json(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, state)
-        elif self.path == "/sources":
+        route = self.route
+        if route == "/metrics":
+            self._send(HTTPStatus.OK, self.server.control.metrics.render().encode(), CONTENT_TYPE)
+        elif route == "/livez":
+            self._probe(("live",))
+        elif route == "/readyz":
+            self._probe(("ready",))
+        elif route == "/healthz":
+            self._probe(("live", "ready"))
+        elif route == "/sources":
             self._control("list")
         else:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {route}"})
+
+    def do_HEAD(self) -> None:
+        self.head = True
+        self.do_GET()
 
     def do_POST(self) -> None:
         try:
@@ -161,15 +185,17 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, UnicodeDecodeError) as exc:
             self._json(HTTPStatus.BAD_REQUEST, {"error": f"body is not JSON: {exc}"})
             return
-        if self.path == "/sources":
+        route = self.route
+        if route == "/sources":
             self._control("add", body)
-        elif self.path in ("/drain", "/stop"):
-            self._control(self.path.lstrip("/"))
+        elif route in ("/drain", "/stop"):
+            self._control(route.lstrip("/"))
         else:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {route}"})
 
     def do_DELETE(self) -> None:
-        if self.path.startswith("/sources/") and len(self.path) > len("/sources/"):
-            self._control("remove", self.path[len("/sources/") :])
+        route = self.route
+        if route.startswith("/sources/") and len(route) > len("/sources/"):
+            self._control("remove", route[len("/sources/") :])
         else:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {self.path}"})
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: {route}"})

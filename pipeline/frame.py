@@ -109,6 +109,10 @@ class Frame:
         )
 
 
+def _unheard(event: dict[str, Any]) -> None:
+    return None
+
+
 @dataclass
 class StageContext:
     """What a stage gets in its worker process: who it is and what the sources look like."""
@@ -117,6 +121,9 @@ class StageContext:
     index: int
     streams: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Stream info per source id (size, frame rate, time base, uri), known before its first frame."""
+    emit: Callable[[dict[str, Any]], None] = _unheard
+    """Announce an event (a JSON-able map with `source` and `event`, e.g. a closed video segment):
+    the hub logs and counts it and hands it to every output (`Stage.event`)."""
 
 
 class Stage(Protocol):
@@ -162,6 +169,11 @@ class Stage(Protocol):
         return ()
 
     def stop(self) -> None:
+        return None
+
+    def event(self, event: dict[str, Any]) -> None:
+        """Another output's announcement (`StageContext.emit`): an output that records events (jsonl,
+        zmq) writes it; the others ignore it."""
         return None
 
     def describe(self) -> dict[str, Any]:

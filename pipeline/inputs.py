@@ -5,7 +5,8 @@ frame pool (its slots sized by the plan's slot layout for that stream) and sends
 every stage has a worker up, it GRANTs the slots. Each FRAME enters the routing; each slot comes
 back to the source (GRANT) when every output is done with its frame. EOS ends the source; STATS
 carry a live source's counters. A source whose outputs have all closed is retired: its pool is
-unlinked and only its counts are kept, in the report.
+unlinked, and its record (state, counts, last error) stays in `ended` for `GET /sources` and the
+metrics until the control API removes it for good.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class Inputs:
         self.router = router
         self.lifecycle = lifecycle
         self.sources: dict[str, SourceRecord] = {}
+        self.ended: dict[str, SourceRecord] = {}
+        """Retired sources: their pools are gone, their counts stay until `forget`."""
         self.granting = False
         """Slots are granted once every stage has a worker up (`start_granting`)."""
         self._next_index = 0
@@ -131,6 +134,22 @@ class Inputs:
         return self.sources[worker.source_id]
 
     # --- messages from decode workers -----------------------------------------------------------
+
+    def handle(
+        self, worker: DecodeWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> SourceRecord | None:
+        """A decode worker's message; returns the source when it has just opened (STREAM)."""
+        if kind == msg.FRAME:
+            self.on_frame(worker, header, tensors)
+        elif kind == msg.STREAM:
+            return self.on_stream(worker, header)
+        elif kind == msg.EOS:
+            self.on_eos(worker, header)
+        elif kind == msg.STATS:
+            self.on_stats(worker, header)
+        else:
+            log.warning("unexpected %s message from %s", kind, worker.spec.title)
+        return None
 
     def on_stream(self, worker: DecodeWorker, header: dict[str, Any]) -> SourceRecord:
         """The source opened: its pool is made and sent; slots follow when granting has begun."""
@@ -232,8 +251,8 @@ class Inputs:
 
     def retire_finished(self, report: Report, drop_pool: Callable[[str, str], None]) -> list[str]:
         """Sources whose outputs are all closed: unlink their pools (`drop_pool(source, pool)` lets
-        the workers unmap them), keep only their counts. A daemon that adds and removes sources for
-        weeks holds nothing of them."""
+        the workers unmap them), keep only their records, in `ended`. A daemon that adds and removes
+        sources for weeks holds no pool, process or routing state of them."""
         retired: list[str] = []
         for sid, record in list(self.sources.items()):
             if not self.finished(record) or self.router.in_flight(sid):
@@ -245,9 +264,18 @@ class Inputs:
                 record.pool = None
                 drop_pool(sid, name)
             del self.sources[sid]
+            self.ended[sid] = record
             self.router.close(sid)
             retired.append(sid)
         return retired
+
+    def forget(self, source_id: str) -> bool:
+        """Drop an ended source's record (DELETE of an ended source); False if there is none."""
+        return self.ended.pop(source_id, None) is not None
+
+    def every(self) -> list[SourceRecord]:
+        """Running sources, then ended ones."""
+        return [*self.sources.values(), *self.ended.values()]
 
     def close_pools(self) -> None:
         for record in self.sources.values():
@@ -272,11 +300,11 @@ class Inputs:
         return total
 
     def describe(self, record: SourceRecord) -> dict[str, Any]:
-        """A source for `GET /sources`."""
+        """A source for `GET /sources`: opening, running, draining, ended or failed (ended with an error)."""
         sid = record.source_id
         state = "running"
-        if self.router.ended(sid):
-            state = "ended"
+        if sid in self.ended or self.router.ended(sid):
+            state = "failed" if record.error else "ended"
         elif self.router.ending(sid):
             state = "draining"
         elif record.info is None:
@@ -285,6 +313,7 @@ class Inputs:
             "id": sid,
             "state": state,
             "frames": record.done_frames,
+            "read": record.read,
             "dropped": record.dropped,
             "stale": record.stale,
             "over_budget": record.over_budget,
@@ -292,6 +321,8 @@ class Inputs:
             "reconnects": record.reconnects,
             "offline_s": round(record.offline_s, 3),
             "online": record.online,
+            "corrupt": record.corrupt,
+            "rejected": dict(record.rejected),
             "error": record.error,
             "width": (record.info or {}).get("width"),
             "height": (record.info or {}).get("height"),

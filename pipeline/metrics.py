@@ -1,20 +1,28 @@
-"""Counters, gauges and histograms of the daemon, rendered in the Prometheus text format.
+"""Counters, gauges and histograms of the daemon, exposed through `prometheus_client`.
 
-The supervisor's hub loop is the only writer; the HTTP thread only renders, under the same lock.
-Written by hand (the format is small and stable) so the daemon needs no client library; the tests
-parse the output with the official `prometheus_client` parser.
+The supervisor's hub loop is the only writer and keeps the values here, under a lock; a scrape (the
+HTTP thread) reads them through a collector registered with prometheus_client, beside the library's
+own process and platform collectors and a `framewire_build_info` series. Values are kept rather
+than held in prometheus_client's metric objects because several families mirror the hub's state
+(`replace`: a gauge or a counter set to exactly the series the hub has now).
 """
 
 from __future__ import annotations
 
-import math
+import platform
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.metrics_core import InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 Labels = tuple[tuple[str, str], ...]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def labels(**values: object) -> Labels:
@@ -49,14 +57,30 @@ class _Family:
 
 
 class Metrics:
-    """A small registry: declare families once, then inc/set/observe by label values."""
+    """A small registry: declare families once, then inc/set/observe by label values.
 
-    def __init__(self) -> None:
+    `process=True` also exposes the daemon's own process metrics (`process_cpu_seconds_total`,
+    `process_resident_memory_bytes`, open fds...), Python's, and `framewire_build_info`.
+    """
+
+    def __init__(self, *, process: bool = False) -> None:
         self.lock = threading.Lock()
         self._families: dict[str, _Family] = {}
+        self._extra: list[Callable[[], Iterator[Metric]]] = []
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Families(self))
+        if process:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+            self.registry.register(_BuildInfo())
 
     def declare(self, name: str, kind: str, help_text: str) -> None:
         self._families.setdefault(name, _Family(name, kind, help_text))
+
+    def collect_also(self, collect: Callable[[], Iterator[Metric]]) -> None:
+        """More families, made at scrape time (in the HTTP thread): `collect` must be thread-safe."""
+        self._extra.append(collect)
 
     def inc(self, name: str, amount: float = 1.0, **label_values: object) -> None:
         with self.lock:
@@ -69,9 +93,17 @@ class Metrics:
             self._families[name].values[labels(**label_values)] = float(value)
 
     def replace(self, name: str, values: Mapping[Labels, float]) -> None:
-        """Set a gauge family to exactly these series (gone series disappear)."""
+        """Set a family to exactly these series (gone series disappear)."""
         with self.lock:
             self._families[name].values = dict(values)
+
+    def forget(self, label: str, value: str) -> None:
+        """Drop every series with `label=value` from every family (a source removed for good)."""
+        pair = (label, value)
+        with self.lock:
+            for family in self._families.values():
+                family.values = {k: v for k, v in family.values.items() if pair not in k}
+                family.histograms = {k: h for k, h in family.histograms.items() if pair not in k}
 
     def observe(self, name: str, value: float, buckets: Sequence[float] = LATENCY_BUCKETS, **label_values: object) -> None:
         with self.lock:
@@ -92,48 +124,65 @@ class Metrics:
             return self._families[name].values.get(labels(**label_values), 0.0)
 
     def render(self) -> str:
+        """The Prometheus text format of every family (prometheus_client's exposition)."""
+        return generate_latest(self.registry).decode("utf-8")
+
+    def snapshot(self) -> list[Metric]:
+        """The families as prometheus_client metrics, copied under the lock."""
+        out: list[Metric] = []
         with self.lock:
-            lines: list[str] = []
             for family in self._families.values():
-                lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-                lines.append(f"# TYPE {family.name} {family.kind}")
-                if family.kind == "histogram":
-                    for key, hist in sorted(family.histograms.items()):
-                        lines.extend(_histogram_lines(family.name, key, hist))
-                else:
-                    for key, value in sorted(family.values.items()):
-                        lines.append(f"{family.name}{_labels(key)} {_number(value)}")
-            return "\n".join(lines) + "\n"
+                out.append(_metric(family))
+        for collect in self._extra:
+            out.extend(collect())
+        return out
 
 
-def _histogram_lines(name: str, key: Labels, hist: _Histogram) -> Iterable[str]:
-    for bound, count in zip(hist.buckets, hist.counts, strict=True):
-        yield f"{name}_bucket{_labels(key + (('le', _number(bound)),))} {count}"
-    yield f"{name}_bucket{_labels(key + (('le', '+Inf'),))} {hist.count}"
-    yield f"{name}_sum{_labels(key)} {_number(hist.total)}"
-    yield f"{name}_count{_labels(key)} {hist.count}"
+class _Families(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.metrics.snapshot()
 
 
-def _labels(key: Labels) -> str:
-    if not key:
-        return ""
-    inner = ",".join(f'{k}="{_escape_value(v)}"' for k, v in key)
-    return "{" + inner + "}"
+def _metric(family: _Family) -> Metric:
+    if family.kind == "counter":
+        metric = Metric(family.name.removesuffix("_total"), family.help, "counter")
+        for key, value in sorted(family.values.items()):
+            metric.add_sample(family.name, dict(key), value)
+    elif family.kind == "histogram":
+        metric = Metric(family.name, family.help, "histogram")
+        for key, hist in sorted(family.histograms.items()):
+            for bound, count in zip(hist.buckets, hist.counts, strict=True):
+                metric.add_sample(f"{family.name}_bucket", {**dict(key), "le": _bound(bound)}, count)
+            metric.add_sample(f"{family.name}_bucket", {**dict(key), "le": "+Inf"}, hist.count)
+            metric.add_sample(f"{family.name}_sum", dict(key), hist.total)
+            metric.add_sample(f"{family.name}_count", dict(key), hist.count)
+    else:
+        metric = Metric(family.name, family.help, family.kind)
+        for key, value in sorted(family.values.items()):
+            metric.add_sample(family.name, dict(key), value)
+    return metric
 
 
-def _escape_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _bound(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(float(value))
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+class _BuildInfo(Collector):
+    """`framewire_build_info{version, python, pyzmq, libzmq, machine} 1`: what is running, for dashboards."""
 
+    def collect(self) -> Iterator[Metric]:
+        import zmq
 
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+        try:
+            version = metadata.version("framewire")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        info = InfoMetricFamily("framewire_build", "The framewire build and the runtime it runs on.")
+        info.add_metric([], {
+            "version": version, "python": platform.python_version(), "pyzmq": zmq.pyzmq_version(),
+            "libzmq": zmq.zmq_version(), "machine": platform.machine(),
+        })  # fmt: skip
+        yield info

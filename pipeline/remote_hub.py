@@ -46,6 +46,8 @@ class FramePath(Protocol):
 
     def on_closed(self, peer: Peer, source: str) -> None: ...
 
+    def on_event(self, peer: Peer, event: Any) -> None: ...
+
     def requeue(self, peer: Peer) -> list[FrameKey]: ...
 
 
@@ -144,6 +146,8 @@ class RemoteHub:
                 self.path.on_failed(peer, key, str(header.get("error", "unknown error")))
         elif kind == msg.CLOSED and peer.stage in self.router.outputs:
             self.path.on_closed(peer, str(header.get("source")))
+        elif kind == msg.EVENT and peer.stage in self.router.outputs:  # checked by pipeline.events
+            self.path.on_event(peer, header.get("event"))
         elif kind == msg.BYE:
             self.lose(peer, "it left")
         elif kind == msg.FATAL:

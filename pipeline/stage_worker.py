@@ -38,7 +38,7 @@ def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a stage worker process."""
     setup_process(spec)
     conn = HubConnection.open(spec)
-    context = StageContext(spec.stage, spec.index)
+    context = StageContext(spec.stage, spec.index, emit=lambda event: conn.send({"type": msg.EVENT, "event": event}))
     try:
         stage: Stage = spec.factory()
         stage.start(context)
@@ -122,6 +122,8 @@ class _Loop:
             elif kind == msg.POOL and header.get("drop"):  # a retired source's pool: unmap it
                 self.pools.drop(str(header["drop"]))
                 self.streams.pop(str(header.get("source")), None)
+            elif kind == msg.EVENT:
+                self._event(header.get("event"))
             elif kind == msg.EOS:
                 source = str(header["source"])
                 for _ in self.stage.flush(source):
@@ -132,6 +134,16 @@ class _Loop:
                     log.error("the hub refused this worker: %s", header["error"])
                     raise SystemExit(2)
                 return
+
+    def _event(self, event: Any) -> None:
+        """An output's announcement, to record: a failure to write it is logged, never fatal."""
+        if not isinstance(event, dict):
+            return
+        try:
+            self.stage.event(event)
+        except Exception as exc:
+            log.error("%s: cannot record the event %s of source %s: %s",
+                      self.spec.stage, event.get("event"), event.get("source"), one_line(exc))
 
     def _next(self) -> Message | None:
         """The next message: what waits in the backlog first; None after a quiet poll."""

@@ -10,8 +10,8 @@ This module keeps the run loop, the answers of the stage workers and the stop; t
 - pipeline.routing: which worker gets a frame next, each source's order and end of stream;
 - pipeline.inputs: the sources, their decode workers, pools and slots;
 - pipeline.lifecycle: starting, watching and restarting the worker processes;
-- pipeline.remote_hub: workers on other hosts; pipeline.commands: the control API;
-- pipeline.telemetry: the metrics.
+- pipeline.remote_hub: workers on other hosts; pipeline.operations: HTTP, the control API, health;
+- pipeline.telemetry: the metrics; pipeline.events: the outputs' announcements (closed segments).
 docs/architecture.md draws a frame's path through them.
 """
 
@@ -31,14 +31,14 @@ import zmq
 
 from pipeline import messages as msg
 from pipeline import telemetry
-from pipeline.commands import Commands
-from pipeline.control import ControlServer
 from pipeline.errors import JobFailed
+from pipeline.events import Events
 from pipeline.framepool import sweep_orphans
 from pipeline.inputs import Inputs
 from pipeline.job import Plan, Report
 from pipeline.lifecycle import Lifecycle, exit_text
 from pipeline.metrics import Metrics
+from pipeline.operations import Health, Operations
 from pipeline.peers import DecodeWorker, LocalPeer, Peer, RemotePeer, Roster
 from pipeline.remote_hub import RemoteHub
 from pipeline.routing import FrameKey, FrameState, Router
@@ -54,15 +54,18 @@ class Supervisor:
     def __init__(self, plan: Plan, progress: Callable[[int, int | None], None] | None = None) -> None:
         self.plan = plan
         self.progress = progress
-        self.metrics = telemetry.declare(Metrics())
+        self.metrics = telemetry.declare(Metrics(process=plan.http is not None))
         self._gauges = telemetry.Gauges(self.metrics)
+        self._processes = telemetry.WorkerProcesses()
+        self.metrics.collect_also(self._processes.collect)
         self._roster = Roster({name: [] for name in plan.stage_names + plan.output_names})
+        self._health = Health(plan, self._roster, lambda: bool(self._stop_requested))
+        self._events = Events(self.metrics, self._roster, plan, self._known_sources)
         self._router = Router(plan.stage_names, plan.output_names, ordered=plan.ordered, on_done=self._frame_done)
         self._report = Report()
         self._stop_requested = 0
         self._stop_deadline: float | None = None
         self._done_total = 0
-        self._last_tick = time.monotonic()
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._ipc_dir = ""
@@ -70,7 +73,7 @@ class Supervisor:
         self._lifecycle: Lifecycle | None = None
         self._inputs: Inputs | None = None
         self._remote: RemoteHub | None = None
-        self._control: ControlServer | None = None
+        self._ops: Operations | None = None
 
     # --- public --------------------------------------------------------------------------------
 
@@ -90,8 +93,8 @@ class Supervisor:
             self._report.exit_code = exc.exit_code
             self._report.error = str(exc)
         finally:
-            if self._control is not None:
-                self._control.stop()
+            if self._ops is not None:
+                self._ops.stop()
             self._shutdown()
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
@@ -99,14 +102,9 @@ class Supervisor:
         self._summarise()
         return self._report
 
-    def health(self) -> dict[str, bool]:
-        """Live: the hub loop turned in the last few seconds. Ready: every stage has a worker up
-        (a stage that runs only on other hosts: one is connected now)."""
-        live = time.monotonic() - self._last_tick < 5.0
-        ready = live and self._inputs is not None and self._inputs.granting and not self._stop_requested
-        if ready and self.plan.remote is not None:
-            ready = all(self._roster.has_ready(n) for n in self.plan.remote.remote_only)
-        return {"live": live, "ready": ready}
+    def health(self) -> dict[str, Any]:
+        """Live: the hub loop turns. Ready: every stage has a worker and it is not stopping (pipeline.operations)."""
+        return self._health()
 
     # --- set-up --------------------------------------------------------------------------------
 
@@ -131,6 +129,7 @@ class Supervisor:
         self._sock = sock
         self._lifecycle = Lifecycle(self.plan, self.endpoint, self._send, self._roster)
         self._inputs = Inputs(self.plan, self._router, self._lifecycle)
+        self._health.inputs = self._inputs
         if self.plan.remote is not None:
             self._remote = RemoteHub(self.plan, self._router, self._inputs, self._roster, self.metrics, self)
         return self._lifecycle, self._inputs
@@ -147,16 +146,17 @@ class Supervisor:
             inputs.add(source)
 
     def _start_http(self, inputs: Inputs) -> None:
-        settings = self.plan.http
-        if settings is None:
-            return
-        try:
-            self._control = ControlServer(settings.host, settings.port, settings.token, self.metrics, self.health)
-        except OSError as exc:
-            raise JobFailed(f"http: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
-        self._commands = Commands(self.plan, inputs, self.request_stop, lambda: bool(self._stop_requested))
-        self._control.start()
-        self.http_url = self._control.url
+        if self.plan.http is not None:
+            self._ops = Operations(self.plan, self.metrics, self._health, inputs, self.request_stop, self._forget)
+            self.http_url = self._ops.url
+
+    def _forget(self, source_id: str) -> None:
+        """A removed source's metric series go (it keeps its final counts until then)."""
+        self._gauges.forget(source_id)
+        self.metrics.forget("source", source_id)
+
+    def _known_sources(self) -> set[str]:
+        return set(self._inputs.sources) | set(self._inputs.ended) if self._inputs is not None else set()
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ class Supervisor:
             poller.register(self._remote.sock, zmq.POLLIN)
         next_check = 0.0
         while not self._all_done(inputs):
-            self._last_tick = time.monotonic()
+            self._health.tick()
             self._check_stop(inputs)
             events = dict(poller.poll(TICK_MS))
             if self._sock in events:
@@ -190,11 +190,11 @@ class Supervisor:
         if self._remote is not None:
             self._remote.check(now, self._all_done(inputs))
         lifecycle.restart_due(now)
-        if self._control is not None:
-            self._commands.run_queued(self._control)
-        for sid in inputs.retire_finished(self._report, self._drop_pool):
-            self._gauges.forget(sid)
+        if self._ops is not None:
+            self._ops.run_queued()
+        inputs.retire_finished(self._report, self._drop_pool)
         self._gauges.update(self._router, self._roster, inputs)
+        self._processes.update({w.spec.title.removeprefix("framewire: "): w.process.pid for w in lifecycle.processes.values()})
 
     def _receive_all(self) -> None:
         assert self._sock is not None
@@ -221,27 +221,13 @@ class Supervisor:
             self.metrics.inc("framewire_bad_messages_total", reason="unknown_peer")
             log.debug("message from an unknown or retired worker %r", identity)
         elif isinstance(worker, DecodeWorker):
-            self._from_decode(self._inputs, worker, kind, header, tensors)
-        else:
-            self._from_stage(worker, kind, header, tensors)
-
-    def _from_decode(
-        self, inputs: Inputs, worker: DecodeWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
-    ) -> None:
-        if kind == msg.FRAME:
-            inputs.on_frame(worker, header, tensors)
-        elif kind == msg.STREAM:
-            record = inputs.on_stream(worker, header)
-            for name in self.plan.output_names:  # an output learns the stream before its frames
+            opened = self._inputs.handle(worker, kind, header, tensors)
+            for name in self.plan.output_names if opened is not None else ():  # outputs learn a stream first
                 for peer in self._roster.of(name):
                     if peer.ready:
-                        peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
-        elif kind == msg.EOS:
-            inputs.on_eos(worker, header)
-        elif kind == msg.STATS:
-            inputs.on_stats(worker, header)
+                        peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
         else:
-            log.warning("unexpected %s message from %s", kind, worker.spec.title)
+            self._from_stage(worker, kind, header, tensors)
 
     def _from_stage(self, peer: LocalPeer, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         if kind == msg.READY:
@@ -255,6 +241,8 @@ class Supervisor:
             raise JobFailed(str(header.get("error", f"{peer.spec.title} failed")), int(header.get("exit", 1)))
         elif kind == msg.CLOSED:
             self.on_closed(peer, str(header.get("source")))
+        elif kind == msg.EVENT and peer.stage in self._router.outputs:
+            self.on_event(peer, header.get("event"))
         else:
             log.warning("unexpected %s message from %s", kind, peer.spec.title)
 
@@ -318,6 +306,10 @@ class Supervisor:
         record = self._inputs.sources.get(source)
         if record is not None and peer.stage in self._router.outputs:
             record.closed.add(peer.stage)
+
+    def on_event(self, peer: Peer, event: Any) -> None:
+        """An output's announcement: logged, counted, and passed to every output (pipeline.events)."""
+        self._events.on_event(peer.stage, event)
 
     def requeue(self, peer: Peer) -> list[FrameKey]:
         """The frames a dead or lost worker held go to the next worker of its stage."""

@@ -1,13 +1,20 @@
 """The daemon's metrics: declared once here, counted by the hub as frames move, and the gauges read
 off the hub's state once a tick (queue depths, frames held, pools, sources, workers, frame rates).
+The worker processes' CPU time and memory are read from /proc when a scrape asks for them.
 
 The hub loop is the only writer; the HTTP thread renders (pipeline.metrics, pipeline.control).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Iterator, Mapping
 
+from prometheus_client.metrics_core import Metric
+
+from pipeline.events import FAMILIES as EVENT_FAMILIES
 from pipeline.inputs import Inputs
 from pipeline.metrics import Labels, Metrics
 from pipeline.peers import Roster
@@ -43,7 +50,7 @@ FAMILIES = (
 
 
 def declare(metrics: Metrics) -> Metrics:
-    for name, kind, text in FAMILIES:
+    for name, kind, text in (*FAMILIES, *EVENT_FAMILIES):
         metrics.declare(name, kind, text)
     return metrics
 
@@ -90,9 +97,10 @@ class Gauges:
                 "framewire_latency_over_budget_total",
             )
         }
-        for sid, record in inputs.sources.items():
+        for record in inputs.every():  # an ended source keeps its final counts until it is removed
+            sid = record.source_id
             key = (("source", sid),)
-            ended = router.ended(sid)
+            ended = sid in inputs.ended or router.ended(sid)
             if record.pool is not None:
                 families["framewire_pool_slots"][key] = float(record.pool.layout.slots)
                 families["framewire_pool_slots_used"][key] = float(router.in_flight(sid))
@@ -128,3 +136,38 @@ class Gauges:
         for labels in list(self._marks):
             if ("source", source_id) in labels:
                 del self._marks[labels]
+
+
+class WorkerProcesses:
+    """`framewire_worker_cpu_seconds_total` and `framewire_worker_resident_memory_bytes` per worker
+    process (`process="infer[0]"`), read from /proc at scrape time; the hub sets the pids once a tick.
+    prometheus_client's own process metrics cover the supervisor's process only."""
+
+    TICKS = os.sysconf("SC_CLK_TCK")
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pids: dict[str, int] = {}
+
+    def update(self, pids: Mapping[str, int]) -> None:
+        with self._lock:
+            self._pids = dict(pids)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            pids = dict(self._pids)
+        cpu = Metric("framewire_worker_cpu_seconds", "CPU time of each worker process (user and system).", "counter")
+        rss = Metric("framewire_worker_resident_memory_bytes", "Resident memory of each worker process.", "gauge")
+        for title, pid in sorted(pids.items()):
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:  # it ended since the last tick
+                continue
+            # After the command come state (field 3), ..., utime (14), stime (15), ..., rss in pages (24).
+            cpu.add_sample("framewire_worker_cpu_seconds_total", {"process": title},
+                           (int(fields[11]) + int(fields[12])) / self.TICKS)  # fmt: skip
+            rss.add_sample("framewire_worker_resident_memory_bytes", {"process": title}, int(fields[21]) * self.PAGE)
+        yield cpu
+        yield rss

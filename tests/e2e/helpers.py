@@ -46,11 +46,11 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subpro
     )
 
 
-def start_cli(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+def start_cli(*args: str, cwd: Path | None = None, env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(CLI), *args],
         cwd=cwd or ROOT,
-        env=env(),
+        env={**env(), **(env_extra or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

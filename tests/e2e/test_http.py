@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -54,3 +56,75 @@ def test_health_metrics_and_drain_through_the_cli(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     records = read_jsonl(tmp_path / "clip.jsonl")
     assert 0 < len(records) < 250 and [r["seq"] for r in records] == list(range(len(records)))
+
+
+def call(url: str, method: str = "GET", body: dict | None = None, token: str = "t0k") -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def wait_until(predicate: Any, proc: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.1)
+
+
+def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_cli(*face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", "http.enabled=true",
+                               "--set", f"http.port={port}", "--set", "http.keep_running=true",
+                               "--set", "http.token=${FW_TOKEN}"), env_extra={"FW_TOKEN": "t0k"})  # fmt: skip
+    try:
+        wait_until(lambda: get(url + "/readyz")[0] == 200, proc)
+        assert json.loads(get(url + "/livez")[1]) == {"live": True}
+        status, body = call(url + "/sources", "POST", {"id": "gone", "uri": str(tmp_path / "missing.mp4")})
+        assert (status, body) == (400, {"error": f"source.uri: file not found: {tmp_path / 'missing.mp4'}"})
+        (tmp_path / "notes.mp4").write_text("not a video\n" * 50)
+        assert call(url + "/sources", "POST", {"id": "junk", "uri": str(tmp_path / "notes.mp4")})[0] == 201
+        states = lambda: {s["id"]: s for s in call(url + "/sources")[1]["sources"]}  # noqa: E731
+        wait_until(lambda: [s["state"] for s in states().values()] == ["ended", "failed"], proc)
+        listed = states()
+        assert (listed["clip"]["frames"], listed["clip"]["read"], listed["clip"]["error"]) == (120, 120, None)
+        assert "notes.mp4" in listed["junk"]["error"]
+        status, text = get(url + "/metrics?format=text")
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        outputs = {s.labels["source"]: s.value for s in families["framewire_frames"].samples if s.labels["stage"] == "output"}
+        assert outputs == {"clip": 120}  # an ended source keeps its counts
+        assert families["process_resident_memory_bytes"].samples[0].value > 0
+        assert families["framewire_build_info"].samples[0].labels["version"]
+        assert call(url + "/drain", "POST")[0] == 202
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1 and "framewire: error: " in err and "notes.mp4" in err  # a source failed: exit 1
+
+
+def test_live_but_not_ready_while_waiting_for_remote_workers(tmp_path: Path) -> None:
+    port, listen = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_cli(*face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", "http.enabled=true",
+                               "--set", f"http.port={port}", "--set", f"transport.listen=tcp://127.0.0.1:{listen}",
+                               "--set", "transport.remote_stages=[infer]"))  # fmt: skip
+    try:
+        wait_until(lambda: get(url + "/livez")[0] == 200, proc)
+        # The local outputs start in a moment; the infer stage runs only on other hosts: none came.
+        wait_until(lambda: get(url + "/readyz")[1].endswith('"waiting for a worker of infer"}'), proc)
+        status, body = get(url + "/readyz")
+        assert (status, json.loads(body)) == (503, {"ready": False, "reason": "waiting for a worker of infer"})
+        assert json.loads(get(url + "/livez")[1]) == {"live": True}
+        assert get(url + "/healthz", "HEAD") == (503, "")
+        assert call(url + "/stop", "POST")[0] == 202
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

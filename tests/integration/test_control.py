@@ -39,7 +39,7 @@ def request(url: str, method: str = "GET", body: Any = None, token: str | None =
             kind = resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as err:
         raw, status, kind = err.read(), err.code, err.headers.get("Content-Type", "")
-    return status, (json.loads(raw) if "json" in kind else raw.decode())
+    return status, (json.loads(raw) if "json" in kind and raw else raw.decode())
 
 
 class Running:
@@ -118,6 +118,20 @@ def test_metrics_health_and_a_source_added_then_drained(tmp_path: Path) -> None:
         assert status == 400 and "source" in body["error"]
         wait_for(lambda: (tmp_path / "b.closed").exists())
         assert len((tmp_path / "b.jsonl").read_text().splitlines()) == 25
+        # Ended sources stay listed, with their counts, and keep their metric series, until removed.
+        wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended", "ended"])
+        listed = {s["id"]: s for s in request(job.url + "/sources")[1]["sources"]}
+        assert (listed["a"]["frames"], listed["a"]["read"], listed["b"]["frames"]) == (40, 40, 25)
+        families = {f.name: f for f in text_string_to_metric_families(request(job.url + "/metrics", token=None)[1])}
+        up = {s.labels["source"]: s.value for s in families["framewire_source_up"].samples}
+        dropped = {(s.labels["source"], s.labels["reason"]) for s in families["framewire_dropped_frames"].samples}
+        assert up == {"a": 0.0, "b": 0.0} and ("a", "policy") in dropped
+        assert request(job.url + "/sources", "POST", {"id": "b", "frames": 5})[1]["error"].endswith(
+            "DELETE /sources/b forgets it"
+        )
+        assert request(job.url + "/sources/b", "DELETE") == (200, {"removed": "b"})
+        assert [s["id"] for s in request(job.url + "/sources")[1]["sources"]] == ["a"]
+        assert 'source="b"' not in request(job.url + "/metrics", token=None)[1]
         assert request(job.url + "/drain", "POST")[0] == 202
         job.thread.join(30)
         assert not job.thread.is_alive()
@@ -134,7 +148,10 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         status, _ = request(job.url + "/sources/endless", "DELETE")
         assert status == 202
         wait_for(lambda: (tmp_path / "endless.closed").exists())
-        wait_for(lambda: [s["id"] for s in request(job.url + "/sources")[1]["sources"]] == ["other"])
+        states = lambda: {s["id"]: s["state"] for s in request(job.url + "/sources")[1]["sources"]}  # noqa: E731
+        wait_for(lambda: states() == {"other": "running", "endless": "ended"})
+        assert request(job.url + "/sources/endless", "DELETE")[0] == 200  # an ended source: forgotten
+        assert states() == {"other": "running"}
         wait_for(lambda: (tmp_path / "other.jsonl").exists())  # its decode worker may start later
         before = len((tmp_path / "other.jsonl").read_text().splitlines())
         time.sleep(0.5)
@@ -160,7 +177,9 @@ def test_add_remove_cycles_leak_no_descriptors_or_shared_memory(tmp_path: Path) 
             assert request(job.url + "/sources", "POST", {"id": f"s{i % 3}", "frames": 10**6})[0] == 201
             wait_for(lambda: (tmp_path / f"s{i % 3}.jsonl").exists())
             assert request(job.url + f"/sources/s{i % 3}", "DELETE")[0] == 202
-            wait_for(lambda: request(job.url + "/sources")[1]["sources"] == [])
+            wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended"])
+            assert request(job.url + f"/sources/s{i % 3}", "DELETE")[0] == 200
+            assert request(job.url + "/sources")[1]["sources"] == []
 
         for i in range(5):  # warm-up
             cycle(i)
@@ -171,3 +190,20 @@ def test_add_remove_cycles_leak_no_descriptors_or_shared_memory(tmp_path: Path) 
         assert sorted(set(workers())) == pids  # no worker restarted or left behind
         assert open_fds([os.getpid(), *pids]) <= fds + 2
         assert {n for n in os.listdir("/dev/shm") if n.startswith(ours)} - shm_before == set()
+
+
+def test_probes_head_and_query_strings(tmp_path: Path) -> None:
+    with Running(plan(tmp_path, {}, keep_running=True)) as job:
+        job.wait_ready()
+        assert request(job.url + "/livez", token=None) == (200, {"live": True})
+        assert request(job.url + "/readyz?cache=1", token=None) == (200, {"ready": True})
+        assert request(job.url + "/healthz", token=None) == (200, {"live": True, "ready": True})
+        assert request(job.url + "/metrics?name[]=x", "HEAD", token=None) == (200, "")
+        assert request(job.url + "/readyz", "HEAD", token=None) == (200, "")
+        assert request(job.url + "/nowhere", "HEAD", token=None)[0] == 404
+        status, text = request(job.url + "/metrics", token=None)
+        names = {f.name for f in text_string_to_metric_families(text)}
+        assert {"process_cpu_seconds", "process_resident_memory_bytes", "framewire_build_info",
+                "framewire_worker_cpu_seconds"} <= names  # fmt: skip
+        assert request(job.url + "/drain", "POST")[0] == 202
+        job.thread.join(30)

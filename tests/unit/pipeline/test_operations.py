@@ -1,0 +1,65 @@
+"""Liveness and readiness: separate questions, so a liveness probe never restarts a daemon that is
+only waiting for workers or stopping."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pipeline.job import Plan
+from pipeline.operations import Health
+from pipeline.peers import Roster
+from pipeline.remote import RemoteSettings
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class _Roster(Roster):
+    def __init__(self, stages: list[str]) -> None:
+        super().__init__({name: [] for name in stages})
+        self.up: set[str] = set()
+
+    def has_ready(self, stage: str) -> bool:
+        return stage in self.up
+
+
+def plan(remote_only: frozenset[str] = frozenset()) -> Plan:
+    remote = RemoteSettings(listen="tcp://127.0.0.1:5999", remote_only=remote_only) if remote_only else None
+    return Plan(middle=(("infer", 1, functools.partial(int)),), outputs=(("out", functools.partial(int)),),
+                sources=(), slot_layout=lambda source, info: {}, remote=remote)  # fmt: skip
+
+
+def health(p: Plan, roster: _Roster, stopping: bool = False, granting: bool = False) -> Health:
+    h = Health(p, roster, lambda: stopping)
+    h.inputs = SimpleNamespace(granting=granting)  # type: ignore[assignment]
+    return h
+
+
+def test_live_but_not_ready_while_waiting_for_workers() -> None:
+    roster = _Roster(["infer", "out"])
+    roster.up = {"out"}
+    assert health(plan(), roster)() == {"live": True, "ready": False, "reason": "waiting for a worker of infer"}
+    roster.up = {"out", "infer"}
+    assert health(plan(), roster)() == {"live": True, "ready": False, "reason": "starting"}
+    assert health(plan(), roster, granting=True)() == {"live": True, "ready": True}
+
+
+def test_a_restarting_local_worker_keeps_it_ready_a_missing_remote_one_does_not() -> None:
+    roster = _Roster(["infer", "out"])
+    roster.up = {"out"}
+    assert health(plan(), roster, granting=True)()["ready"] is True
+    remote = plan(frozenset({"infer"}))
+    assert health(remote, roster, granting=True)() == {
+        "live": True, "ready": False, "reason": "waiting for a worker of infer"}  # fmt: skip
+
+
+def test_stopping_is_not_ready_and_a_stuck_loop_is_not_live() -> None:
+    roster = _Roster(["infer", "out"])
+    roster.up = {"infer", "out"}
+    assert health(plan(), roster, stopping=True, granting=True)() == {"live": True, "ready": False, "reason": "stopping"}
+    stuck: Any = health(plan(), roster, granting=True)
+    stuck.last_tick -= 60
+    assert stuck() == {"live": False, "ready": False, "reason": "the hub loop is not turning"}
