@@ -47,7 +47,7 @@ class _Members(Stage):
         for name, stage in self.members:
             # The members share the worker's index (an infer member picks its GPU by it) and the
             # stream info, which the worker loop fills in as STREAM messages arrive.
-            stage.start(StageContext(name, ctx.index, ctx.streams))
+            stage.start(StageContext(name, ctx.index, ctx.streams, ctx.emit))
 
     def _each(self, call: Callable[[Stage], Iterable[Frame]]) -> None:
         """`call` on every member in order, whatever it yields consumed; a failure names the member."""
@@ -71,6 +71,10 @@ class _Members(Stage):
                 first = first or exc
         if first is not None:
             raise first
+
+    def event(self, event: dict[str, Any]) -> None:
+        for _, stage in self.members:
+            stage.event(event)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

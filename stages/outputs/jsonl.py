@@ -26,17 +26,20 @@ def _plain(value: object) -> Any:
 class JsonlWriter:
     """Writes one compact JSON line per `write()`; `close()` flushes and may be called twice."""
 
-    def __init__(self, path: str) -> None:
-        """Cheap: the file is created by `open()`."""
+    def __init__(self, path: str, *, append: bool = False) -> None:
+        """Cheap: the file is created (or, with `append`, opened to add lines) by `open()`."""
         self.path = path
+        self.append = append
         self._file: IO[str] | None = None
         self.records = 0
 
     def open(self) -> None:
-        """Create parent directories and the file (truncating an old one)."""
+        """Create parent directories and the file (truncating an old one, unless appending)."""
         try:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            # Line-buffered: each record reaches the file as it is written, so a killed daemon's file
+            # holds every frame it output (one write a frame: nothing next to the encoding).
+            self._file = open(self.path, "a" if self.append else "w", encoding="utf-8", buffering=1)  # noqa: SIM115
         except OSError as err:
             raise FramewireError(f"jsonl output {self.path}: cannot write: {err.strerror or err}") from err
         log.info("jsonl output %s: open", self.path)

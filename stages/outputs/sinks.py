@@ -3,12 +3,14 @@ on that source's end of stream."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 import cv2
 
+from media.segments import Recording, Retention, Segment
 from media.video_reader import StreamInfo
 from media.video_writer import VideoFileWriter
 from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
@@ -27,8 +29,10 @@ class _PerSource(Stage):
     def __init__(self) -> None:
         self.streams: dict[str, dict[str, Any]] = {}
         self._writers: dict[str, Any] = {}
+        self.ctx = StageContext("output", 0)
 
     def start(self, ctx: StageContext) -> None:
+        self.ctx = ctx
         self.streams = ctx.streams
 
     def _open(self, source_id: str) -> Any:
@@ -56,7 +60,8 @@ class _PerSource(Stage):
 
 
 class VideoFileSink(_PerSource):
-    """H.264 MP4 per source, same frame count and timestamps as the source, audio copied through."""
+    """H.264 MP4 per source, same frame count and timestamps as the source, audio copied through:
+    one file, or segments of `segment_s` with retention, each closed one announced (media.segments)."""
 
     reads = ("image", "output")  # the composited image when there is one (record.composited_image)
 
@@ -64,24 +69,40 @@ class VideoFileSink(_PerSource):
         super().__init__()
         self.config = config
 
-    def _open(self, source_id: str) -> VideoFileWriter:
+    def _open(self, source_id: str) -> Recording:
         info_dict = self.streams.get(source_id)
         if info_dict is None:
             raise FramewireError(f"video_file output: no stream info for source {source_id}")
         info = StreamInfo.from_dict(info_dict)
-        audio = info_dict.get("path") if (self.config.audio and info.has_audio) else None
-        writer = VideoFileWriter(
-            resolve_path(self.config.path, source_id),
-            info,
-            crf=self.config.crf,
-            preset=self.config.preset,
-            audio_from=audio,
+        c = self.config
+        return Recording(
+            c.path,
+            source_id,
+            functools.partial(self._segment_writer, info, info_dict.get("path") if (c.audio and info.has_audio) else None),
+            time_base=info.time_base,
+            fps=info.fps,
+            segment_s=c.segment_s,
+            retention=Retention(c.keep_segments, int(c.keep_bytes) if c.keep_bytes is not None else None, c.keep_age_s),
+            on_segment=functools.partial(self._announce, source_id),
         )
-        writer.open()
-        return writer
+
+    def _segment_writer(self, info: StreamInfo, audio: str | None, path: str, start_s: float) -> VideoFileWriter:
+        c = self.config
+        return VideoFileWriter(
+            path, info, crf=c.crf, preset=c.preset, audio_from=audio, container=c.container,
+            fragment_s=c.fragment_s, audio_start_s=start_s if start_s > 0 else None,
+        )  # fmt: skip
+
+    def _announce(self, source_id: str, segment: Segment) -> None:
+        """A closed segment: announced to the hub (log, metrics, the jsonl and zmq outputs) when the
+        recording is cut in segments; a single file is only logged when it closes."""
+        log.debug("video_file output %s: segment %d closed, %d frames", segment.path, segment.index, segment.frames)
+        if self.config.segment_s is not None:
+            self.ctx.emit(segment.event(source_id, self.ctx.stage))
 
     def process(self, frame: Frame) -> Iterable[Frame]:
-        self.writer(frame.source_id).write(composited_image(frame), frame.pts)
+        decode = frame.timings.get("decode")
+        self.writer(frame.source_id).write(composited_image(frame), frame.pts, decode[0] if decode else None)
         return ()
 
 
@@ -102,6 +123,17 @@ class JsonlSink(_PerSource):
     def process(self, frame: Frame) -> Iterable[Frame]:
         self.writer(frame.source_id).write(frame_record(frame))
         return ()
+
+    def event(self, event: dict[str, Any]) -> None:
+        """An event line among the source's records (it has `event`, no `seq`). After the source's
+        end of stream (its last segment closes then) it is appended to the closed file."""
+        source_id = str(event.get("source"))
+        writer = self._writers.get(source_id)
+        if writer is not None:
+            writer.write(event)
+            return
+        with JsonlWriter(resolve_path(self.config.path, source_id), append=True) as late:
+            late.write(event)
 
 
 class ZmqSink(Stage):
@@ -140,7 +172,9 @@ class ZmqSink(Stage):
         self.publisher.send(source_id, {"v": RECORD_VERSION, "source": source_id, "eos": True})
         return ()
 
+    def event(self, event: dict[str, Any]) -> None:
+        """Published on the source's topic like a frame's header (it has `event`, no `seq`)."""
+        self.publisher.send(str(event.get("source")), event)
+
     def stop(self) -> None:
-        if self.publisher.dropped:
-            log.warning("zmq output %s: %d message(s) dropped", self.config.endpoint, self.publisher.dropped)
         self.publisher.close()

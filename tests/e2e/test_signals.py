@@ -131,3 +131,25 @@ def test_worker_processes_are_named_and_exit_with_the_daemon(
         proc.communicate(timeout=30)
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                              for p in pids), timeout=10)  # fmt: skip
+
+
+def test_sigkill_of_the_whole_group_leaves_recordings_that_play(tmp_path: Path) -> None:
+    """OOM killer, power loss, `docker kill`: everything up to the last fragment plays. The JSONL
+    (line-buffered) says which frames the outputs had been given; the segments hold them all but the
+    last second or so (a 1 s fragment, and what sat in the encoder)."""
+    args = realtime_job(tmp_path, 250, "--set", "outputs.0.segment_s=2",
+                        "--set", f"outputs.0.path={tmp_path}/{{source_id}}-{{index:02d}}.mp4")  # fmt: skip
+    with daemon_of(args) as (proc, daemon):
+        wait_for(lambda: len(list(tmp_path.glob("clip-*.mp4"))) >= 3)  # past 4 s
+        time.sleep(0.6)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    written = [r["seq"] for r in read_jsonl(tmp_path / "clip.jsonl") if "seq" in r]
+    assert written == list(range(len(written))) and 100 <= len(written) < 250
+    segments = sorted(tmp_path.glob("clip-*.mp4"))
+    counts = [clips.count_frames(p) for p in segments]  # PyAV decodes every one of them
+    assert counts[:-1] == [50] * (len(segments) - 1)  # closed segments are whole
+    played = sum(counts)
+    assert len(written) - 2 * 25 <= played <= len(written)
+    times = [t for p in segments for t in clips.video_times(p)]
+    assert times == pytest.approx([i / 25 for i in range(played)], abs=1e-3)  # the first frames, in order

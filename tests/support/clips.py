@@ -111,6 +111,14 @@ def video_pts(path: str | os.PathLike[str]) -> list[int | None]:
         return [frame.pts for frame in container.decode(video=0)]
 
 
+def video_times(path: str | os.PathLike[str]) -> list[float]:
+    """The time of every decoded video frame, in seconds, in output order."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        assert stream.time_base is not None
+        return [float(frame.pts * stream.time_base) for frame in container.decode(stream) if frame.pts is not None]
+
+
 def has_audio(path: str | os.PathLike[str]) -> bool:
     """Whether `path` holds an audio stream."""
     with av.open(str(path)) as container:
