@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """framewire command line: run the daemon on a config, validate a config, read a zmq output.
+Installed, the same command is `framewire`.
 
     python run_pipeline.py                      # the default job: configs/default.yaml
     python run_pipeline.py run -c FILE [--set key.path=value ...]
@@ -7,7 +8,8 @@
     python run_pipeline.py subscribe --endpoint tcp://127.0.0.1:5560
     python run_pipeline.py worker -c FILE --stage infer --connect tcp://HOST:5570  # on another host
 
-Exit codes: 0 done, 1 runtime failure, 2 bad config or usage.
+`--debug`, `-v` and `--log-format` go before or after the command. Exit codes: 0 done, 1 runtime
+failure, 2 bad config or usage.
 """
 
 from __future__ import annotations
@@ -25,13 +27,23 @@ from pathlib import Path
 from app.commands import DEFAULT_CONFIG, MODULES, add_config_args, load_job
 
 
+def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The flags every command takes, before or after its name. A command's own copy has no
+    defaults (SUPPRESS), so it never overwrites one given before the command."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs", **keep)
+    parser.add_argument("-v", "--verbose", action="store_true", help="informational logs", **keep)
+    parser.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON objects",
+                        **(keep or {"default": "text"}))  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="run_pipeline.py",
+        prog=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "framewire",
         description="framewire: real-time video inference daemon. With no command, runs the default job.",
     )
-    parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
-    parser.add_argument("-v", "--verbose", action="store_true", help="informational logs")
+    _global_flags(parser, defaults=True)
+    parser.add_argument("--version", action="version", version=f"framewire {_version()}")
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
@@ -61,15 +73,28 @@ def _parser() -> argparse.ArgumentParser:
     for module_name in MODULES:
         module = importlib.import_module(module_name)
         module.register(sub, add_config_args)
+    for command in sub.choices.values():
+        if "-" in command.prefix_chars:  # not `bench`, which hands its arguments on as they are
+            _global_flags(command, defaults=False)
     return parser
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("framewire")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    from pipeline import logs
     from pipeline.errors import FramewireError
 
+    logs.configure(level, args.log_format)
     command = args.command or "run"
     if args.command is None:
         args.config, args.overrides, args.no_progress = str(DEFAULT_CONFIG), [], False
@@ -148,7 +173,7 @@ def _run(args: argparse.Namespace, level: int) -> int:
     from pipeline.supervisor import Supervisor
 
     config = load_job(args)
-    plan = build_plan(config, log_level=level)
+    plan = build_plan(config, log_level=level, log_format=args.log_format)
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     report = Supervisor(plan, progress=progress).run()
     progress.end()
@@ -180,72 +205,41 @@ def _run(args: argparse.Namespace, level: int) -> int:
 
 
 def _subscribe(args: argparse.Namespace) -> int:
-    import zmq
+    """framewire.client.Client, printing each header as one JSON line."""
+    from framewire.client import Client, FrameRecord
 
-    from pipeline.errors import UsageError
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB if args.mode == "sub" else zmq.PULL)
-    sock.setsockopt(zmq.RECONNECT_IVL, 20)  # started before the daemon: catch its first frames
-    if args.server_key:  # before connect: a connection takes the mechanism it starts with
-        _curve_client(sock, args.server_key, args.client_key)
-    try:
-        sock.connect(args.endpoint)
-    except zmq.ZMQError as exc:
-        raise UsageError(f"--endpoint {args.endpoint}: {exc}") from None
-    if args.mode == "sub":
-        sock.setsockopt_string(zmq.SUBSCRIBE, args.topic)
     if args.save_images:
         os.makedirs(args.save_images, exist_ok=True)
     received = 0
-    seen: set[str] = set()
-    ended: set[str] = set()
-    idle_since = time.monotonic()
-    try:
-        while True:
-            if not sock.poll(100):
-                if args.timeout and time.monotonic() - idle_since > args.timeout:
-                    return 0 if received else 1
-                continue
-            idle_since = time.monotonic()
-            parts = sock.recv_multipart()
-            if len(parts) < 2:
-                print(f"framewire: skipped a message of {len(parts)} part(s)", file=sys.stderr)
-                continue
-            topic = parts[0].decode("utf-8", "replace")
-            header = json.loads(parts[1])
-            if len(parts) > 2 and args.save_images:
-                name = f"{topic}-{header.get('seq', received):06d}.jpg"
-                Path(args.save_images, name).write_bytes(parts[2])
-            print(json.dumps(header, separators=(",", ":")), flush=True)
-            received += 1
-            seen.add(topic)
-            if header.get("eos"):
-                ended.add(topic)
-            if args.count and received >= args.count:
-                return 0
-            if args.until_eos and seen and ended >= seen:
-                return 0
-    finally:
-        sock.close(linger=0)
-        ctx.term()
-
-
-def _curve_client(sock, server_key: str, client_key: str | None) -> None:  # type: ignore[no-untyped-def]
-    from pipeline.curve import connect_as_client
-    from pipeline.errors import FramewireError, UsageError
-
-    try:
-        connect_as_client(sock, server_key, client_key, "curve key")
-    except FramewireError as exc:
-        raise UsageError(str(exc)) from None
+    with Client(args.endpoint, mode=args.mode, topics=(args.topic,), server_key=args.server_key,
+                client_key=args.client_key) as client:  # fmt: skip
+        try:
+            for message in client.messages(until_eos=args.until_eos, idle_timeout=args.timeout or None,
+                                           count=args.count or None):  # fmt: skip
+                if isinstance(message, FrameRecord) and message.jpeg is not None and args.save_images:
+                    Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(message.jpeg)
+                print(json.dumps(message.header, separators=(",", ":")), flush=True)
+                received += 1
+        finally:
+            if client.lost:
+                per_source = ", ".join(f"{s}: {n}" for s, n in sorted(client.lost_by_source.items()))
+                print(f"framewire: {client.lost} message(s) lost: this subscriber fell behind the pub "
+                      f"output ({per_source})", file=sys.stderr)  # fmt: skip
+    return 0 if received or not args.timeout else 1
 
 
 def _keys(args: argparse.Namespace) -> int:
+    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start."""
     import zmq.auth
 
     os.makedirs(args.dir, exist_ok=True)
-    public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    old = os.umask(0o077)
+    try:
+        public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    finally:
+        os.umask(old)
+    os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)  # the public half is meant to be handed out
     print(f"public: {public}\nsecret: {secret}")
     return 0
 

@@ -153,7 +153,9 @@ def check(config: Config) -> Task:
     return task
 
 
-def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine: bool = True) -> Plan:
+def build_plan(
+    config: Config, *, log_level: int = logging.WARNING, log_format: str = "text", check_engine: bool = True
+) -> Plan:
     """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
     command on a host that runs another stage than infer."""
     check(config)
@@ -192,6 +194,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
         stage_credits={"infer": max(t.credits_per_worker, 2 * config.engine.max_batch)},
         ipc_dir=t.ipc_dir,
         log_level=log_level,
+        log_format=log_format,
         preload=PRELOAD,
         http=_http(config),
         make_source=functools.partial(make_source, config),

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import zmq
 
+from pipeline import logs, remote
 from pipeline import messages as msg
-from pipeline import remote
 from pipeline.job import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class WorkerSpec:
     credits: int
     factory: Callable[[], Any]
     log_level: int = logging.WARNING
+    log_format: str = "text"
+    """text or json (pipeline.logs)."""
     source_id: str | None = None
     source_options: SourceOptions = field(default_factory=SourceOptions)
     label: str | None = None
@@ -69,9 +71,7 @@ def setup_process(spec: WorkerSpec) -> None:
     # decides how to stop (a remote worker's RemoteWatch takes SIGTERM back: it leaves with BYE).
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    logging.basicConfig(
-        level=spec.log_level, format=f"%(asctime)s {spec.stage}[{spec.index}] %(levelname)s %(message)s"
-    )
+    logs.configure(spec.log_level, spec.log_format, f"{spec.stage}[{spec.index}]")
 
 
 class HubConnection:

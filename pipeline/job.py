@@ -78,6 +78,8 @@ class Plan:
     skip_failed_frames: bool = True
     ipc_dir: str | None = None
     log_level: int = logging.WARNING
+    log_format: str = "text"
+    """How the workers log: text or json (pipeline.logs)."""
     http: HttpSettings | None = None
     make_source: Callable[[Mapping[str, Any]], SourcePlan] | None = None
     """Builds a source added at run time from its config (raises ConfigError)."""

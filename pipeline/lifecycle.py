@@ -83,6 +83,7 @@ class Lifecycle:
             credits=self.plan.credits_for(stage),
             factory=factory,
             log_level=self.plan.log_level,
+            log_format=self.plan.log_format,
             label=label,
             **extra,
         )

@@ -1,9 +1,12 @@
 """The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes]`.
 
 `pub` fans out to any number of subscribers; a subscriber that falls behind its high-water mark
-loses messages (ZeroMQ drops them silently, so they are counted here as the sends that could not be
-queued). `push` delivers to one of the connected pullers and applies backpressure: `send` waits
-until a peer can take the message, checking `should_stop` so a stopping daemon never hangs.
+loses messages. ZeroMQ drops them for that subscriber alone and tells the sender nothing (a PUB
+socket never raises `Again`), so the publisher cannot count them. Instead each message carries
+`msg`, its number on its topic (0, 1, 2, ... over frames, events and the end of stream): a
+subscriber counts what it lost from the gaps (framewire.client does). `push` delivers to one of the
+connected pullers and applies backpressure: `send` waits until a peer can take the message,
+checking `should_stop` so a stopping daemon never hangs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class Publisher:
         self._auth: Any = None
         self.sent = 0
         self.dropped = 0
+        """push: messages given up on because the daemon was stopping while no peer took them."""
+        self._numbers: dict[str, int] = {}
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
 
@@ -73,17 +78,15 @@ class Publisher:
         image: bytes | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> bool:
-        """Send one message; False when it was dropped (pub behind, or push stopped while waiting)."""
+        """Send one message, numbered on its topic (`msg`); False when push gave up on it (stopping)."""
         assert self._sock is not None, "open() was not called"
-        parts: list[bytes] = [topic.encode(), json.dumps(header, separators=(",", ":")).encode()]
+        number = self._numbers.get(topic, 0)
+        self._numbers[topic] = number + 1
+        parts: list[bytes] = [topic.encode(), json.dumps({**header, "msg": number}, separators=(",", ":")).encode()]
         if image is not None:
             parts.append(image)
-        if self.mode == "pub":
-            try:
-                self._sock.send_multipart(parts, zmq.NOBLOCK)
-            except zmq.Again:
-                self.dropped += 1
-                return False
+        if self.mode == "pub":  # never blocks: a subscriber behind by hwm messages loses this one
+            self._sock.send_multipart(parts)
             self.sent += 1
             return True
         while True:  # push: wait for a peer, a tenth of a second at a time

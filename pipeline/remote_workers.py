@@ -34,6 +34,7 @@ def run_workers(
     client_key: str | None,
     preload: tuple[str, ...] = (),
     log_level: int = logging.WARNING,
+    log_format: str = "text",  # pipeline.logs
 ) -> int:
     """Start `workers` processes of `stage` that connect to the hub at `endpoint`, and wait for them.
 
@@ -47,13 +48,8 @@ def run_workers(
     processes = []
     for index in range(workers):
         spec = WorkerSpec(
-            stage=stage,
-            index=index,
-            generation=0,
-            endpoint=endpoint,
-            credits=credits,
-            factory=factory,
-            log_level=log_level,
+            stage=stage, index=index, generation=0, endpoint=endpoint, credits=credits, factory=factory,
+            log_level=log_level, log_format=log_format,
             label=f"remote {stage}[{index}]",
             remote=RemoteLink(b"", server_key, client_key),
         )

@@ -222,10 +222,9 @@ class Supervisor:
             log.debug("message from an unknown or retired worker %r", identity)
         elif isinstance(worker, DecodeWorker):
             opened = self._inputs.handle(worker, kind, header, tensors)
-            for name in self.plan.output_names if opened is not None else ():  # outputs learn a stream first
-                for peer in self._roster.of(name):
-                    if peer.ready:
-                        peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
+            if opened is not None:  # an output learns a stream before its frames
+                for peer in (p for name in self.plan.output_names for p in self._roster.of(name) if p.ready):
+                    peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
         else:
             self._from_stage(worker, kind, header, tensors)
 

@@ -20,7 +20,8 @@ __all__ = ["build_source"]
 def build_source(config: SourceConfig) -> FrameSource:
     """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source."""
     kind = source_kind(config.uri)
-    backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
+    r = config.reconnect
+    backoff = Backoff(r.initial_s, r.max_s, r.max_attempts, r.jitter)
     if kind == "zmq":
         return ZmqSource(
             config.id, config.uri, curve_secret_key=config.curve_secret_key, curve_clients=config.curve_clients

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,16 +39,20 @@ WAIT_SLICE_S = 0.1
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delays between connection attempts: `initial_s`, doubling up to `max_s`; after
-    `max_attempts` failures in a row (None: never) the source gives up."""
+    """Delays between connection attempts: `initial_s`, doubling up to `max_s`, each shortened by a
+    random fraction of at most `jitter`; after `max_attempts` failures in a row (None: never) the
+    source gives up. The jitter keeps cameras that dropped together (a switch rebooted) from all
+    knocking on the same server at the same instant, again and again."""
 
     initial_s: float = 0.5
     max_s: float = 30.0
     max_attempts: int | None = None
+    jitter: float = 0.0
 
-    def delay(self, attempt: int) -> float:
+    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait after failed attempt number `attempt` (1, 2, ...)."""
-        return float(min(self.max_s, self.initial_s * 2 ** min(max(attempt, 1) - 1, 32)))
+        full = min(self.max_s, self.initial_s * 2 ** min(max(attempt, 1) - 1, 32))
+        return float(full * (1.0 - self.jitter * rand()))
 
 
 def stream_options(

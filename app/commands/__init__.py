@@ -46,6 +46,12 @@ def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import ConfigError
 
+    if Path(args.config) == DEFAULT_CONFIG and not DEFAULT_CONFIG.is_file():
+        raise ConfigError(
+            f"no config: this framewire is installed without its checkout, so there is no {DEFAULT_CONFIG}; "
+            "pass -c FILE (the shipped configs, model and sample clips are in the source repository's "
+            "configs/ and assets/ folders, and in the container image under /opt/framewire)"
+        )
     config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), [ROOT])
     try:
         build_task(config)

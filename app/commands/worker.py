@@ -59,7 +59,7 @@ def run_worker(args: argparse.Namespace) -> int:
     if args.stage not in names:
         raise UsageError(f"--stage {args.stage!r}: this config's stages are {', '.join(names)}")
     level = logging.getLogger().getEffectiveLevel()
-    plan = build_plan(config, log_level=level, check_engine=args.stage == "infer")
+    plan = build_plan(config, log_level=level, log_format=args.log_format, check_engine=args.stage == "infer")
     factories = {name: factory for name, _, factory in plan.middle}
     factories.update(dict(plan.outputs))
     if args.stage.startswith("output"):
@@ -78,4 +78,5 @@ def run_worker(args: argparse.Namespace) -> int:
         client_key=args.client_key,
         preload=PRELOAD,
         log_level=level,
+        log_format=args.log_format,
     )

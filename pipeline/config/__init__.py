@@ -16,6 +16,7 @@ from pipeline.config.loading import (
     apply_override,
     describe_validation_error,
     load_config,
+    load_raw,
     resolve_inputs,
     resolve_path,
     validate_config,
@@ -28,5 +29,5 @@ __all__ = [
     "SOURCE_ID", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config", "EngineConfig",
     "HttpConfig", "JsonlOutput", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SourceConfig",
     "StageConfig", "StagesConfig", "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override",
-    "describe_validation_error", "load_config", "output_name", "resolve_inputs", "resolve_path", "validate_config",
+    "describe_validation_error", "load_config", "load_raw", "output_name", "resolve_inputs", "resolve_path", "validate_config",
 ]

@@ -24,6 +24,14 @@ def load_config(
 
     Raises ConfigError with one line naming the file, the key path and the bad value.
     """
+    return validate_config(load_raw(path, overrides, text=text, environ=environ), str(path))
+
+
+def load_raw(
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """`load_config` before validation: the mapping to validate (framewire.embed adds an output)."""
     name = str(path)
     if text is None:
         try:
@@ -46,10 +54,10 @@ def load_config(
     for item in overrides:
         apply_override(raw, item)
     try:
-        raw = env.expand(raw, environ)
+        expanded: dict[str, Any] = env.expand(raw, environ)
     except ConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
-    return validate_config(raw, name)
+    return expanded
 
 
 def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:

@@ -36,6 +36,13 @@ class ReconnectConfig(_Model):
         ge=1,
         description="Failed attempts in a row before the source ends with an error; null: forever.",
     )
+    jitter: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Each wait is shortened by a random fraction of at most this, so sources that "
+        "dropped together do not all reconnect at the same instant.",
+    )
 
     @model_validator(mode="after")
     def _in_order(self) -> ReconnectConfig:

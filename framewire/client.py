@@ -1,0 +1,257 @@
+"""A Python client of framewire's `zmq` output: typed records, end of stream, losses, reconnects.
+
+    from framewire import Client
+
+    with Client("tcp://127.0.0.1:5560") as client:
+        for message in client.messages(until_eos=True):
+            print(message)
+
+It reads the public wire format (README, "The ZeroMQ output"): `[topic, header JSON, JPEG?]`. Each
+message becomes a `FrameRecord` (a frame's results), an `EndOfStream` (a source ended) or a
+`SegmentClosed` (a video_file output closed a segment). A `pub` output drops what a slow subscriber
+cannot take without telling anyone; the client counts those losses from the gaps in each topic's
+message numbers (`lost`, `lost_by_source`). ZeroMQ reconnects by itself (every 20 to 100 ms) after
+the daemon restarts or the network drops; heartbeats notice a dead peer. With `server_key` the link is
+CurveZMQ (`client_key`: this client's secret certificate, or a fresh pair).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from pipeline import curve
+from pipeline.errors import FramewireError, UsageError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FrameRecord:
+    """One frame's results: what a JSONL line holds, plus the composited frame as JPEG when the
+    output sends it (`jpeg: true`), decoded to a BGR array by `image()` or on arrival."""
+
+    source: str
+    seq: int
+    pts: int
+    time: float
+    width: int
+    height: int
+    results: dict[str, Any]
+    latency_ms: dict[str, float]
+    error: str | None = None
+    jpeg: bytes | None = None
+    pixels: np.ndarray | None = field(default=None, repr=False, compare=False)
+    header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The JSON header as it came, every key included."""
+
+    def image(self) -> np.ndarray | None:
+        """The composited frame as an HxWx3 BGR uint8 array (None without a JPEG part)."""
+        if self.pixels is not None:
+            return self.pixels
+        return decode_jpeg(self.jpeg) if self.jpeg is not None else None
+
+
+@dataclass(frozen=True)
+class EndOfStream:
+    """A source ended: its last frame came before this."""
+
+    source: str
+    header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SegmentClosed:
+    """A video_file output closed a segment of a source's recording (`segment_s`)."""
+
+    source: str
+    output: str
+    path: str
+    index: int
+    start: str
+    frames: int
+    duration_s: float
+    bytes: int
+    deleted: tuple[str, ...] = ()
+    header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+Message = FrameRecord | EndOfStream | SegmentClosed
+
+
+class ProtocolError(FramewireError, ValueError):
+    """A message that does not follow framewire's wire format."""
+
+
+def decode_jpeg(data: bytes) -> np.ndarray:
+    import cv2  # only a client that wants pixels needs OpenCV loaded
+
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ProtocolError(f"the image part ({len(data)} bytes) is not a JPEG")
+    return np.asarray(image)
+
+
+def parse(parts: Sequence[bytes], *, decode_images: bool = False) -> Message:
+    """One multipart message as a typed record; ProtocolError when it is not framewire's."""
+    if len(parts) not in (2, 3):
+        raise ProtocolError(f"a message of {len(parts)} part(s), expected 2 or 3")
+    try:
+        header = json.loads(parts[1])
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"the header is not JSON: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("source"), str):
+        raise ProtocolError("the header is not a JSON object with a source")
+    try:
+        return _typed(header, parts[2] if len(parts) == 3 else None, decode_images)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"source {header['source']}: bad header: {type(exc).__name__}: {exc}") from None
+
+
+def _typed(header: dict[str, Any], jpeg: bytes | None, decode_images: bool) -> Message:
+    source = header["source"]
+    if header.get("eos"):
+        return EndOfStream(source, header)
+    if header.get("event") == "segment":
+        return SegmentClosed(
+            source, str(header["output"]), str(header["path"]), int(header["index"]), str(header["start"]),
+            int(header["frames"]), float(header["duration_s"]), int(header["bytes"]),
+            tuple(str(p) for p in header.get("deleted") or ()), header,
+        )  # fmt: skip
+    return FrameRecord(
+        source=source, seq=int(header["seq"]), pts=int(header["pts"]), time=float(header["time"]),
+        width=int(header["width"]), height=int(header["height"]), results=dict(header.get("results") or {}),
+        latency_ms=dict(header.get("latency_ms") or {}), error=header.get("error"), jpeg=jpeg,
+        pixels=decode_jpeg(jpeg) if (decode_images and jpeg is not None) else None, header=header,
+    )  # fmt: skip
+
+
+class Client:
+    """Reads a framewire `zmq` output: `mode="sub"` for a pub output (optionally only some
+    `topics`, source id prefixes), `mode="pull"` for a push output."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        mode: str = "sub",
+        topics: Sequence[str] = ("",),
+        server_key: str | None = None,
+        client_key: str | None = None,
+        decode_images: bool = False,
+        hwm: int = 1000,
+        reconnect_ms: tuple[int, int] = (20, 100),
+        context: zmq.Context | None = None,
+    ) -> None:
+        if mode not in ("sub", "pull"):
+            raise UsageError(f"mode must be sub or pull, got {mode!r}")
+        self.endpoint = endpoint
+        self.decode_images = decode_images
+        self.lost = 0
+        """Messages a pub output sent that this client never got (gaps in the message numbers)."""
+        self.lost_by_source: dict[str, int] = {}
+        self.bad = 0
+        """Messages dropped because they did not follow the wire format (logged)."""
+        self._next: dict[str, int] = {}
+        self._own_context = context is None
+        self._ctx = context or zmq.Context()
+        self._sock = self._ctx.socket(zmq.SUB if mode == "sub" else zmq.PULL)
+        try:
+            self._configure(mode, topics, server_key, client_key, hwm, reconnect_ms)
+            self._sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise UsageError(f"endpoint {endpoint}: {exc}") from None
+        except FramewireError:
+            self.close()
+            raise
+
+    def _configure(
+        self, mode: str, topics: Sequence[str], server_key: str | None, client_key: str | None,
+        hwm: int, reconnect_ms: tuple[int, int],
+    ) -> None:  # fmt: skip
+        sock = self._sock
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, hwm)
+        # Retries stay fast (a client started before the daemon catches its first frames: a pub output
+        # sends its first frame a moment after it binds) and back off only to 0.1 s; heartbeats drop
+        # a connection whose peer went silent, so it is made again.
+        sock.setsockopt(zmq.RECONNECT_IVL, reconnect_ms[0])
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, reconnect_ms[1])
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 2000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 10000)
+        if server_key:  # before connect: a connection keeps the mechanism it starts with
+            curve.connect_as_client(sock, server_key, client_key, "curve key")
+        if mode == "sub":
+            for topic in topics:
+                sock.setsockopt_string(zmq.SUBSCRIBE, topic)
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to `timeout` seconds (None: for ever); None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._sock.poll(wait):
+                return None
+            parts = self._sock.recv_multipart()
+            try:
+                message = parse(parts, decode_images=self.decode_images)
+            except ProtocolError as exc:
+                self.bad += 1
+                log.warning("skipped a message from %s: %s", self.endpoint, exc)
+                continue
+            self._count(message)
+            return message
+
+    def messages(
+        self, *, until_eos: bool = False, idle_timeout: float | None = None, count: int | None = None
+    ) -> Iterator[Message]:
+        """Messages as they come. Ends after `count` of them, after `idle_timeout` seconds without
+        one, or, with `until_eos`, once every source seen has ended."""
+        seen: set[str] = set()
+        ended: set[str] = set()
+        received = 0
+        while count is None or received < count:
+            message = self.receive(idle_timeout)
+            if message is None:
+                return
+            received += 1
+            seen.add(message.source)
+            if isinstance(message, EndOfStream):
+                ended.add(message.source)
+            yield message
+            if until_eos and ended >= seen:
+                return
+
+    def __iter__(self) -> Iterator[Message]:
+        return self.messages()
+
+    def _count(self, message: Message) -> None:
+        number = message.header.get("msg")
+        if not isinstance(number, int):
+            return
+        expected = self._next.get(message.source)
+        # A number below the expected one: the daemon restarted and numbers from 0 again.
+        if expected is not None and number > expected:
+            gap = number - expected
+            self.lost += gap
+            self.lost_by_source[message.source] = self.lost_by_source.get(message.source, 0) + gap
+        self._next[message.source] = number + 1
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+        if self._own_context:
+            self._ctx.term()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,89 @@
+"""The command line as an operator meets it: flags anywhere, JSON logs, the promised config messages,
+secrets from the environment, key files only their owner can read."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import ROOT, VIDEOS, error_lines, face_job, run_cli
+
+pytestmark = pytest.mark.timeout(180)
+
+DEFAULT = ROOT / "configs" / "default.yaml"
+
+
+def only_error(stderr: str) -> str:
+    lines = error_lines(stderr)
+    assert len(lines) == 1, stderr
+    return lines[0].removeprefix("framewire: error: ")
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_global_flags_go_before_or_after_the_command(order: str) -> None:
+    flags = ["--debug", "--log-format", "json"]
+    args = [*flags, "validate", "-c", "missing.yaml"] if order == "before" else ["validate", "-c", "missing.yaml", *flags]
+    proc = run_cli(*args)
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "ConfigError: missing.yaml: config file not found" in proc.stderr  # --debug
+
+
+def test_json_logs_from_every_process(tmp_path: Path) -> None:
+    proc = run_cli(*face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", "sources.0.max_frames=5"),
+                   "-v", "--log-format", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    entries = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert entries and all(set(e) >= {"time", "level", "process", "logger", "message"} for e in entries)
+    processes = {e["process"] for e in entries}
+    assert "supervisor" in processes and "decode[0]" in processes, processes
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "sources.0.polcy=block"], "sources.0.polcy: unknown key (did you mean policy?)"),
+        (["--set", "model.score_treshold=0.5"], "model.score_treshold: unknown key (did you mean score_threshold?)"),
+        (["--set", "composite.0.strenght=0.5"], "composite.0.strenght: unknown key (did you mean strength?)"),
+        (["--set", "http.enabled=true", "--set", "http.host=0.0.0.0"], "http.host: listening on '0.0.0.0' needs http.token"),
+        (["--set", "http.token=${FRAMEWIRE_TEST_UNSET}"],
+         "http.token: environment variable FRAMEWIRE_TEST_UNSET is not set (${FRAMEWIRE_TEST_UNSET:-default} gives a default)"),
+    ],
+)  # fmt: skip
+def test_config_messages_name_the_file_once_and_the_key(args: list[str], message: str) -> None:
+    proc = run_cli("validate", "-c", str(DEFAULT), *args)
+    assert proc.returncode == 2
+    assert only_error(proc.stderr) == f"{DEFAULT}: {message}"
+
+
+def test_a_misspelt_top_level_key(tmp_path: Path) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(DEFAULT.read_text().replace("sources:", "sourcez:"))
+    proc = run_cli("validate", "-c", str(config))
+    assert only_error(proc.stderr) == f"{config}: sourcez: unknown key (did you mean sources?)"
+
+
+def test_set_keeps_text_where_a_key_takes_text() -> None:
+    proc = run_cli("validate", "-c", str(DEFAULT), "--set", "http.token=12345", "--set", "sources.0.id=no",
+                   "--set", "sources.0.ffmpeg_options.probesize=32768")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_keys_writes_the_secret_half_for_its_owner_only(tmp_path: Path) -> None:
+    proc = run_cli("keys", "--dir", str(tmp_path / "keys"), "--name", "hub")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE((tmp_path / "keys" / "hub.key_secret").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "keys" / "hub.key").stat().st_mode) == 0o644
+
+
+def test_every_command_is_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    help_text = run_cli("--help").stdout
+    commands = next(group for group in re.findall(r"\{([a-z,-]+)\}", help_text) if "run" in group).split(",")
+    assert set(commands) >= {"run", "validate", "subscribe", "keys", "worker", "bench", "build-engine", "quantize"}
+    for command in commands:
+        assert f"run_pipeline.py {command}" in readme, command
+    assert "framewire run -c" in readme  # the installed command

@@ -1,0 +1,118 @@
+"""framewire.client against real sockets: typed records, a slow subscriber's losses counted exactly,
+reconnects to a restarted publisher, CurveZMQ."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import zmq.auth
+
+from framewire.client import Client, EndOfStream, FrameRecord, ProtocolError, SegmentClosed, parse
+from pipeline.publish import Publisher
+
+pytestmark = pytest.mark.timeout(120)
+
+HEADER = {"v": 1, "source": "cam", "seq": 3, "pts": 3000, "time": 0.12, "width": 8, "height": 6,
+          "results": {"faces": []}, "latency_ms": {"total": 4.0}}  # fmt: skip
+
+
+def frame_header(seq: int) -> dict[str, object]:
+    return {**HEADER, "seq": seq, "pts": seq * 1000}
+
+
+def first(client: Client, publisher: Publisher, topic: str = "cam", timeout: float = 20) -> FrameRecord:
+    """Send frame 0 until one arrives: a subscriber that has just connected misses the first sends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        publisher.send(topic, frame_header(0))
+        message = client.receive(timeout=0.2)
+        if message is not None:
+            assert isinstance(message, FrameRecord)
+            return message
+    raise AssertionError("no message arrived")
+
+
+def test_records_are_typed() -> None:
+    _, jpeg = cv2.imencode(".jpg", np.full((6, 8, 3), 200, np.uint8))
+    record = parse([b"cam", json.dumps({**HEADER, "msg": 4}).encode(), jpeg.tobytes()], decode_images=True)
+    assert isinstance(record, FrameRecord)
+    assert (record.source, record.seq, record.pts, record.width, record.results) == ("cam", 3, 3000, 8, {"faces": []})
+    assert record.pixels is not None and record.pixels.shape == (6, 8, 3) and abs(int(record.pixels.mean()) - 200) < 3
+    assert record.image() is record.pixels and record.header["msg"] == 4
+    assert parse([b"cam", b'{"v": 1, "source": "cam", "eos": true}']) == EndOfStream("cam")
+    event = {"v": 1, "source": "cam", "event": "segment", "output": "output0.video_file", "path": "out/cam-3.mp4",
+             "index": 3, "start": "2026-01-02T03:04:05.000000Z", "first_pts": 0, "frames": 1500,
+             "duration_s": 60.0, "bytes": 123, "deleted": ["out/cam-0.mp4"]}  # fmt: skip
+    closed = parse([b"cam", json.dumps(event).encode()])
+    assert isinstance(closed, SegmentClosed) and (closed.index, closed.deleted) == (3, ("out/cam-0.mp4",))
+    for bad in ([b"cam"], [b"cam", b"not json"], [b"cam", b"[1]"], [b"cam", b'{"source": "cam", "seq": "x"}']):
+        with pytest.raises(ProtocolError):
+            parse(bad)
+
+
+def test_a_slow_subscriber_counts_exactly_what_it_lost(tmp_path: Path) -> None:
+    """A PUB socket drops, for that subscriber alone, whatever is over the marks, and says nothing:
+    the numbers on each topic tell the subscriber how many it missed."""
+    endpoint = f"ipc://{tmp_path}/pub.sock"
+    publisher = Publisher(endpoint, "pub", hwm=5)
+    publisher.open()
+    try:
+        with Client(endpoint, hwm=5) as client:
+            assert first(client, publisher).seq == 0
+            payload = bytes(256 * 1024)  # large: the socket buffers hold few of them
+            sent = 1
+            for seq in range(1, 300):  # while the subscriber is busy elsewhere
+                publisher.send("cam", frame_header(seq), payload)
+                sent += 1
+            received = 1
+            while client.receive(timeout=1.0) is not None:
+                received += 1
+            publisher.send("cam", {"v": 1, "source": "cam", "eos": True})  # the end, once it caught up
+            sent += 1
+            assert isinstance(client.receive(timeout=10), EndOfStream)
+            received += 1
+            print(f"slow subscriber: sent {sent}, received {received}, lost {client.lost}")
+            assert client.lost > 0 and received < sent
+            assert received + client.lost == sent  # every message is either here or counted
+            assert client.lost_by_source == {"cam": client.lost}
+    finally:
+        publisher.close()
+
+
+def test_reconnects_to_a_restarted_publisher_without_counting_a_loss(tmp_path: Path) -> None:
+    endpoint = f"ipc://{tmp_path}/pub.sock"
+    with Client(endpoint, reconnect_ms=(20, 200)) as client:  # started before the daemon
+        for _ in range(2):
+            publisher = Publisher(endpoint, "pub")
+            publisher.open()
+            try:
+                assert first(client, publisher).seq == 0
+                publisher.send("cam", frame_header(1))
+                record = client.receive(timeout=10)
+                assert isinstance(record, FrameRecord) and record.seq == 1
+            finally:
+                publisher.close()
+        assert client.lost == 0  # numbers from 0 again: a restart, not a loss
+
+
+def test_curve_keys(tmp_path: Path) -> None:
+    server_public, server_secret = zmq.auth.create_certificates(tmp_path, "server")
+    allowed = tmp_path / "clients"
+    allowed.mkdir()
+    _, known_secret = zmq.auth.create_certificates(allowed, "known")
+    endpoint = f"ipc://{tmp_path}/curve.sock"
+    publisher = Publisher(endpoint, "pub", curve_secret_key=str(server_secret), curve_clients_dir=str(allowed))
+    publisher.open()
+    try:
+        with Client(endpoint, server_key=str(server_public), client_key=str(known_secret)) as known:
+            assert first(known, publisher).source == "cam"
+        with Client(endpoint, server_key=str(server_public)) as stranger:  # a fresh pair, not in the folder
+            publisher.send("cam", frame_header(0))
+            assert stranger.receive(timeout=1.0) is None
+    finally:
+        publisher.close()
