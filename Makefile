@@ -1,31 +1,68 @@
 # The two commands of the README: `make run` (the default job) and `make test`.
-# Each sets up .venv on a fresh machine first. EXTRAS=gpu installs the GPU build instead of the CPU one.
+# Each sets up .venv on a fresh machine first, with the exact versions of the lock files in locks/:
+# `make run` the runtime set (locks/cpu.txt), `make test` that plus the test tools (locks/cpu-test.txt).
+# `make lock` updates the locks after a change to pyproject.toml; `make lock UPGRADE=1` moves every
+# pin to the newest release allowed (README, "Installing"). EXTRAS=gpu installs the GPU build instead
+# of the CPU one (unlocked until locks/gpu.txt exists: `make lock EXTRAS=gpu` writes it).
 PYTHON ?= python3
 VENV ?= .venv
 EXTRAS ?= cpu
 ARGS ?=
+UPGRADE ?=
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(EXTRAS)
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.8
+RUN_LOCK := locks/$(EXTRAS).txt
+TEST_LOCK := locks/$(EXTRAS)-test.txt
+# One lock for every Python from 3.10 and every platform, each file with its hashes.
+LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade)
 
-.PHONY: run test validate clean
+.PHONY: run test validate clean lock
 
-$(STAMP): pyproject.toml
+$(VENV)/.pip:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS),test]"
-	rm -f $(VENV)/.installed-*
+	$(BIN)/python -m pip install --quiet "pip==$(PIP_VERSION)"
 	touch $@
 
-run: $(STAMP)
+# The lock's versions (hash-checked), then framewire itself, resolving nothing more. The other
+# EXTRAS' stamps go: onnxruntime and onnxruntime-gpu overwrite each other.
+define install
+	set -e; if [ -f $(1) ]; then \
+	  $(BIN)/python -m pip install --quiet --require-hashes -r $(1); \
+	  $(BIN)/python -m pip install --quiet --no-deps -e .; \
+	else \
+	  echo "make: no $(1): installing .[$(2)] at the newest versions allowed (make lock EXTRAS=$(EXTRAS) writes one)"; \
+	  $(BIN)/python -m pip install --quiet -e ".[$(2)]"; \
+	fi
+	find $(VENV) -maxdepth 1 -name '.installed-*' ! -name '.installed-$(EXTRAS)' ! -name '.installed-$(EXTRAS)-test' -delete
+endef
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml $(wildcard $(RUN_LOCK)) | $(VENV)/.pip
+	$(call install,$(RUN_LOCK),$(EXTRAS))
+	touch $@
+
+$(VENV)/.installed-$(EXTRAS)-test: pyproject.toml $(wildcard $(TEST_LOCK)) | $(VENV)/.pip
+	$(call install,$(TEST_LOCK),$(EXTRAS)$(comma)test)
+	touch $@
+
+comma := ,
+
+run: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py $(ARGS)
 
-test: $(STAMP)
+test: $(VENV)/.installed-$(EXTRAS)-test
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(ARGS)
 
-validate: $(STAMP)
+validate: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py validate -c configs/default.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/matting.yaml
+
+# The test lock first; the runtime lock is constrained by it, so both hold the same versions.
+lock: | $(VENV)/.pip
+	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
+	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) --extra test $(LOCK_FLAGS) -o $(TEST_LOCK)
+	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) $(LOCK_FLAGS) -c $(TEST_LOCK) -o $(RUN_LOCK)
 
 clean:
 	rm -rf out .pytest_cache
