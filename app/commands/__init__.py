@@ -39,6 +39,14 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def input_roots(config_path: str | Path) -> list[Path]:
+    """Where relative input paths (model, file sources) are looked for after the current folder:
+    beside the config, in the checkout, and beside the config's folder (the shipped configs name
+    `assets/...` from the checkout's root, which an installed framewire has under /opt/framewire)."""
+    folder = Path(config_path).resolve().parent
+    return [folder, ROOT, folder.parent]
+
+
 def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
     """The config of `-c` with its `--set` overrides (then `extra`), inputs resolved against ROOT;
     the task's and the composites' own keys are checked too, so their errors name the file as well."""
@@ -48,11 +56,11 @@ def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
 
     if Path(args.config) == DEFAULT_CONFIG and not DEFAULT_CONFIG.is_file():
         raise ConfigError(
-            f"no config: this framewire is installed without its checkout, so there is no {DEFAULT_CONFIG}; "
-            "pass -c FILE (the shipped configs, model and sample clips are in the source repository's "
-            "configs/ and assets/ folders, and in the container image under /opt/framewire)"
+            "no config given, and an installed framewire has no default job beside it: pass -c FILE "
+            "(the shipped configs, model and clips are in the source checkout's configs/ and assets/, "
+            "and in the container image under /opt/framewire: -c /opt/framewire/configs/default.yaml)"
         )
-    config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), [ROOT])
+    config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), input_roots(args.config))
     try:
         build_task(config)
         build_composites(config)

@@ -144,7 +144,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     parts = [p for p in key.strip().split(".")]
     if not key.strip() or any(not p for p in parts):
         raise ConfigError(f"--set {item!r}: empty key in {key!r}")
-    value = _override_value(parts, text)
+    value = _override_value(key.strip(), parts, text)
     node: Any = raw
     for depth, part in enumerate(parts):
         last = depth == len(parts) - 1
@@ -176,7 +176,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
 
 
-def _override_value(parts: list[str], text: str) -> Any:
+def _override_value(key: str, parts: list[str], text: str) -> Any:
     is_text, nullable = keys.text_key(Config, parts)
     stripped = text.strip()
     if is_text:
@@ -187,8 +187,9 @@ def _override_value(parts: list[str], text: str) -> Any:
             return text
     try:
         return yaml.safe_load(text) if stripped else ""
-    except yaml.YAMLError:
-        return text
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"--set {key}: the value is not valid YAML: {problem} (quote text that holds {{}}, [] or ': ')") from None
 
 
 def resolve_path(template: str, source_id: str) -> str:
