@@ -91,8 +91,9 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
                 audio = local_path(s.config.uri) if (out.audio and s.info.has_audio) else None
                 path = resolve_path(out.path, s.info.source_id)
                 files[s.info.source_id] = VideoFileWriter(
-                    path, s.info, crf=out.crf, preset=out.preset, audio_from=audio
-                )
+                    path, s.info, crf=out.crf, preset=out.preset, audio_from=audio,
+                    container=out.container, fragment_s=out.fragment_s,
+                )  # the same file as the daemon's, fragments and keyframes included
             videos.append(files)
         elif isinstance(out, JsonlOutput):
             ids = [s.info.source_id for s in sources]

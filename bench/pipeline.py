@@ -224,9 +224,9 @@ def count_outputs(job: Any) -> dict[str, int]:
             if isinstance(out, VideoFileOutput):
                 path = Path(resolve_path(out.path, source.id))
                 n = -1
-                if path.exists():
+                if path.exists():  # counted by packet: a fragmented MP4's index says 0 frames
                     with av.open(str(path)) as container:
-                        n = container.streams.video[0].frames
+                        n = sum(1 for packet in container.demux(video=0) if packet.size)
                 counts[f"{index}.video_file:{source.id}"] = n
             elif isinstance(out, JsonlOutput):
                 path = Path(resolve_path(out.path, source.id))

@@ -74,7 +74,7 @@ class Pipeline:
         outputs.append({"kind": "zmq", "endpoint": self.endpoint, "mode": "push", "jpeg": self.images})
         raw["outputs"] = outputs
         name = "config" if isinstance(config, dict) else str(config)
-        roots = [ROOT] if isinstance(config, dict) else input_roots(config)
+        roots = [ROOT] if isinstance(config, dict) else input_roots(Path(config))
         return resolve_inputs(validate_config(raw, name), roots)
 
     def run(self, on_result: Callable[[Message], None]) -> Report:

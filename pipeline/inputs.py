@@ -300,12 +300,13 @@ class Inputs:
         return total
 
     def describe(self, record: SourceRecord) -> dict[str, Any]:
-        """A source for `GET /sources`: opening, running, draining, ended or failed (ended with an error)."""
+        """A source for `GET /sources`: opening, running, draining (read to its end, its frames and
+        files being finished), ended or failed (ended with an error)."""
         sid = record.source_id
         state = "running"
-        if sid in self.ended or self.router.ended(sid):
+        if sid in self.ended:  # retired: its outputs have closed its files
             state = "failed" if record.error else "ended"
-        elif self.router.ending(sid):
+        elif self.router.ending(sid) or self.router.ended(sid):
             state = "draining"
         elif record.info is None:
             state = "opening"

@@ -34,16 +34,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a record comes (a test or an embedding program may
+    swap it), not to the one there was when logging was set up."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+_installed: logging.Handler | None = None
+
+
 def configure(level: int, fmt: str = "text", process: str = "supervisor") -> None:
-    """Log to stderr at `level` in `fmt` (text or json), replacing whatever was set before."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Log to stderr at `level` in `fmt` (text or json). Called again, it replaces its own handler
+    and leaves any other one alone (a program that runs framewire in-process keeps its logging)."""
+    global _installed
+    handler = _Stderr()
     if fmt == "json":
         handler.setFormatter(JsonFormatter(process))
     else:
         name = "%(name)s" if process == "supervisor" else process
         handler.setFormatter(logging.Formatter(f"%(asctime)s {name} %(levelname)s %(message)s"))
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
+    if _installed is not None:
+        root.removeHandler(_installed)
     root.addHandler(handler)
     root.setLevel(level)
+    _installed = handler

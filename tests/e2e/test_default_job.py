@@ -100,7 +100,7 @@ def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
     collector.done.wait(10)
     headers = [json.loads(p[1]) for p in collector.messages]
     assert [h["seq"] for h in headers if not h.get("eos")] == list(range(120))
-    assert headers[-1] == {"v": 1, "source": "carphone", "eos": True}
+    assert headers[-1] == {"v": 1, "source": "carphone", "eos": True, "msg": 120}
     assert all(p[0] == b"carphone" for p in collector.messages)
     assert headers[5]["results"] == records[5]["results"]
     assert set(headers[5]["latency_ms"]) >= {"decode", "preprocess", "infer", "postprocess", "composite", "total"}

@@ -89,7 +89,7 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         (tmp_path / "notes.mp4").write_text("not a video\n" * 50)
         assert call(url + "/sources", "POST", {"id": "junk", "uri": str(tmp_path / "notes.mp4")})[0] == 201
         states = lambda: {s["id"]: s for s in call(url + "/sources")[1]["sources"]}  # noqa: E731
-        wait_until(lambda: [s["state"] for s in states().values()] == ["ended", "failed"], proc)
+        wait_until(lambda: {k: s["state"] for k, s in states().items()} == {"clip": "ended", "junk": "failed"}, proc)
         listed = states()
         assert (listed["clip"]["frames"], listed["clip"]["read"], listed["clip"]["error"]) == (120, 120, None)
         assert "notes.mp4" in listed["junk"]["error"]
