@@ -314,7 +314,7 @@ class Inputs:
             "id": sid,
             "state": state,
             "frames": record.done_frames,
-            "read": record.read,
+            "read": record.read if record.read is not None else self.router.received(sid),
             "dropped": record.dropped,
             "stale": record.stale,
             "over_budget": record.over_budget,
