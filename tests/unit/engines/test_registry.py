@@ -137,7 +137,7 @@ def test_detect_machine_survives_cuda_python_raising_without_a_driver(
 
 def test_detect_machine_finds_tensorrt_and_the_gpu(fake_trt: FakeTensorRT) -> None:
     machine = detect_machine()
-    assert (machine.tensorrt, machine.gpus, machine.no_gpu) == ("10.3.0", 1, "")
+    assert (machine.tensorrt, machine.gpus, machine.no_gpu) == ("10.16.1.11", 1, "")
     assert choose_backend(EngineConfig()).backend is Backend.TENSORRT
 
 
