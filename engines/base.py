@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from pipeline.framepool import FramePool
 from pipeline.tensors import TensorSpec
 
 
@@ -34,3 +35,11 @@ class Engine(ABC):
     def provider(self) -> str:
         """What actually runs the model (for logs and metrics), e.g. `CPUExecutionProvider`."""
         return self.backend
+
+    def pin_pool(self, pool: FramePool) -> bool:
+        """A frame pool this worker reads inputs from was attached: a GPU backend registers it as
+        pinned memory so inputs are copied from it by DMA. Returns whether it did (default: no)."""
+        return False
+
+    def unpin_pool(self, pool: FramePool) -> None:
+        """That pool is being removed: undo `pin_pool` before the pool is unmapped (default: no-op)."""
