@@ -441,10 +441,10 @@ _NPTYPES = {
 }
 
 
-def nptype(dtype: DataType) -> type:
-    if dtype not in _NPTYPES:
-        raise TypeError(f"Could not resolve TensorRT datatype to an equivalent numpy datatype. {dtype}")
-    return _NPTYPES[dtype]  # type: ignore[return-value]
+def nptype(trt_type: DataType) -> type:
+    if trt_type not in _NPTYPES:
+        raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
+    return _NPTYPES[trt_type]  # type: ignore[return-value]
 
 
 class TensorIOMode(IntEnum):
@@ -522,8 +522,22 @@ def _tensorrt_logger(logger: ILogger) -> ILogger:
 
 
 class IInt8EntropyCalibrator2:
+    """TensorRT 10's calibrator base; framewire's calibrator overrides these four."""
+
     def __init__(self) -> None:
         pass
+
+    def get_batch_size(self) -> int:
+        raise NotImplementedError
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        raise NotImplementedError
+
+    def read_calibration_cache(self) -> bytes | None:
+        raise NotImplementedError
+
+    def write_calibration_cache(self, cache: bytes) -> None:
+        raise NotImplementedError
 
 
 class IOptimizationProfile:
@@ -595,7 +609,15 @@ class IBuilderConfig10(IBuilderConfig):
     def __init__(self) -> None:
         super().__init__()
         self.calibration_profile: IOptimizationProfile | None = None
-        self.int8_calibrator: Any = None
+        self._calibrator: Any = None
+
+    @property
+    def int8_calibrator(self) -> Any:
+        return self._calibrator
+
+    @int8_calibrator.setter
+    def int8_calibrator(self, calibrator: Any) -> None:
+        self._calibrator = calibrator
 
     def set_calibration_profile(self, profile: IOptimizationProfile) -> bool:
         self.calibration_profile = profile
