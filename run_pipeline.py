@@ -31,6 +31,7 @@ log = logging.getLogger("framewire")
 # `register(subparsers, add_config_args)`, which adds its parsers and sets `handler=fn(args) -> int`
 # with set_defaults. Importing them must stay cheap: heavy imports go inside the handlers.
 COMMAND_MODULES: tuple[str, ...] = ("bench.cli", "engines.cli", "engines.quantize_cli", "stages.worker_cli")
+COMMAND_MODULES += ("engines.doctor_cli",)
 
 
 def _parser() -> argparse.ArgumentParser:
