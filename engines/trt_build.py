@@ -44,7 +44,9 @@ def import_tensorrt() -> ModuleType:
     try:
         import tensorrt as trt
     except ImportError as exc:
-        if getattr(exc, "name", None) == "tensorrt":
+        # Not installed: ModuleNotFoundError. Installed but its libraries missing (the -libs wheel
+        # absent, libnvinfer not on the path): a plain ImportError, whose name is "tensorrt" too.
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "tensorrt":
             raise EngineError(
                 f"engine.backend: tensorrt: the tensorrt package is not installed ({cuda.INSTALL_HINT})"
             ) from None

@@ -566,3 +566,25 @@ def test_build_engine_fp16_on_tensorrt_11(
     (path,) = tmp_path.glob("face_detection_yunet_2023mar-fp16-*.engine")
     plan = _plan(path)
     assert plan["model"] == "fp16" and plan["flags"] == []
+
+
+def test_tensorrt_installed_without_its_libraries_is_not_called_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    # What `import tensorrt` raises when tensorrt-cu12-bindings is there but libnvinfer is not.
+    package = tmp_path / "tensorrt"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('libnvonnxparser.so.10: cannot open shared object file: No such file or "
+        "directory', name='tensorrt', path='tensorrt_bindings/tensorrt.so')\n"
+    )
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EngineError) as info:
+        trt_build.import_tensorrt()
+    assert str(info.value) == (
+        "engine.backend: tensorrt: the tensorrt package cannot be loaded: libnvonnxparser.so.10: cannot "
+        "open shared object file: No such file or directory"
+    )
