@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline.errors import FramewireError, one_line
 from pipeline.frame import Frame, Stage, StageContext
+from pipeline.framepool import FramePool
 
 
 class MemberFailed(FramewireError):
@@ -97,6 +98,20 @@ class _Members:
                 first = first or exc
         if first is not None:
             raise first
+
+    def pool_added(self, pool: FramePool) -> None:
+        """A source's frame pool was attached: the members that take pools (infer) are told."""
+        for _, stage in self.members:
+            hook = getattr(stage, "pool_added", None)
+            if callable(hook):
+                hook(pool)
+
+    def pool_removed(self, pool: FramePool) -> None:
+        """The pool is about to be unmapped: the members let go of it first."""
+        for _, stage in self.members:
+            hook = getattr(stage, "pool_removed", None)
+            if callable(hook):
+                hook(pool)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

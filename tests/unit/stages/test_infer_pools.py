@@ -102,3 +102,29 @@ def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
     pool.close()
     assert pool._mmap.closed  # type: ignore[attr-defined]
     stage.stop()
+
+
+def test_a_fused_stage_forwards_pools_to_its_infer_member(pool: FramePool) -> None:
+    from stages.fused import Fused
+
+    seen: list[tuple[str, str]] = []
+
+    class Recording(CpuEngine):
+        def pin_pool(self, pool: FramePool) -> bool:
+            seen.append(("pin", pool.layout.name))
+            return True
+
+        def unpin_pool(self, pool: FramePool) -> None:
+            seen.append(("unpin", pool.layout.name))
+
+    class Other:  # a member without pools (preprocess, postprocess)
+        def start(self, ctx: StageContext) -> None: ...
+
+        def stop(self) -> None: ...
+
+    fused = Fused([("preprocess", Other()), ("infer", Infer(_Task(), lambda index: Recording()))])  # type: ignore[arg-type, list-item]
+    fused.start(StageContext(stage="infer", index=0, log=logging.getLogger("test")))
+    fused.pool_added(pool)
+    fused.pool_removed(pool)
+    assert seen == [("pin", pool.layout.name), ("unpin", pool.layout.name)]
+    fused.stop()
