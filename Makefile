@@ -7,7 +7,7 @@ ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: run test validate clean
+.PHONY: run test validate doctor clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: $(STAMP)
 validate: $(STAMP)
 	$(BIN)/python run_pipeline.py validate -c configs/default.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/matting.yaml
+
+# What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
+# a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.
+doctor: $(STAMP)
+	$(BIN)/python run_pipeline.py doctor $(ARGS)
 
 clean:
 	rm -rf out .pytest_cache
