@@ -17,7 +17,7 @@ TEST_LOCK := locks/$(EXTRAS)-test.txt
 # One lock for every Python from 3.10 and every platform, each file with its hashes.
 LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade)
 
-.PHONY: run test validate clean lock check-deploy
+.PHONY: run test validate doctor clean lock check-deploy
 
 $(VENV)/.pip:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ test: $(VENV)/.installed-$(EXTRAS)-test
 validate: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py validate -c configs/default.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/matting.yaml
+
+# What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
+# a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.
+doctor: $(VENV)/.installed-$(EXTRAS)
+	$(BIN)/python run_pipeline.py doctor $(ARGS)
 
 # The test lock first; the runtime lock is constrained by it, so both hold the same versions.
 lock: | $(VENV)/.pip

@@ -47,6 +47,9 @@ def add_arguments(
     parser.add_argument(
         "--int8-model", metavar="PATH", help="INT8 model for onnxruntime:cpu:int8 (default: quantise now)"
     )
+    parser.add_argument(
+        "--fp16-model", metavar="PATH", help="fp16 model for onnxruntime:cpu:fp16 (default: convert now)"
+    )
     parser.add_argument("--calib-video", help="video to quantise on (default: --video)")
     parser.add_argument(
         "--calib-frames", type=int, default=128, help="frames to quantise on (default: %(default)s)"
@@ -216,6 +219,9 @@ def run(args: argparse.Namespace) -> int:
         int8_model, quantised = vmod.ensure_int8_model(
             config, task, args.int8_model, args.calib_video or video, args.calib_frames
         )
+    fp16_model = None
+    if any(v.uses_fp16_model for v in chosen):
+        fp16_model = vmod.ensure_fp16_model(config, task, args.fp16_model)
 
     images = list(video_frames(video, args.frames, stride=args.stride))
     if not images:
@@ -251,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         entry: dict[str, Any] = {"variant": variant.label, "reference": False}
         try:
             engine = vmod.open_variant(
-                config, variant, vmod.model_path(config, variant, int8_model), 1, video, task
+                config, variant, vmod.model_path(config, variant, int8_model, fp16_model), 1, video, task
             )
             entry["provider"] = engine.provider
             stats = TensorStats()

@@ -45,6 +45,11 @@ class Variant:
         return self.backend == "onnxruntime" and self.device == "cpu" and self.precision == "int8"
 
     @property
+    def uses_fp16_model(self) -> bool:
+        """ONNX Runtime on the CPU runs fp16 from a converted model file (`quantize --recipe fp16`)."""
+        return self.backend == "onnxruntime" and self.device == "cpu" and self.precision == "fp16"
+
+    @property
     def on_gpu(self) -> bool:
         return self.device != "cpu"
 
@@ -73,9 +78,10 @@ def parse(text: str) -> list[Variant]:
             raise UsageError(
                 f"--variants: {item!r}: ONNX Runtime device must be one of {', '.join(ORT_DEVICES)}"
             )
-        if backend == "onnxruntime" and device in ("cpu", "cuda") and precision == "fp16":
+        if backend == "onnxruntime" and device == "cuda" and precision == "fp16":
             raise UsageError(
-                f"--variants: {item!r}: ONNX Runtime runs fp16 only through its TensorRT provider"
+                f"--variants: {item!r}: ONNX Runtime runs fp16 through its TensorRT provider, or on the "
+                "CPU from an fp16 model (onnxruntime:cpu:fp16)"
             )
         if backend == "onnxruntime" and device == "cuda" and precision == "int8":
             raise UsageError(f"--variants: {item!r}: INT8 on ONNX Runtime is the CPU (quantize) or TensorRT")
@@ -121,13 +127,17 @@ def engine_config(
             variant.device
         ]
     # INT8 on the CPU is in the model file; the engine's precision is TensorRT's.
-    data["precision"] = "fp32" if variant.uses_int8_model else variant.precision
+    data["precision"] = "fp32" if variant.uses_int8_model or variant.uses_fp16_model else variant.precision
     if variant.precision == "int8" and not variant.uses_int8_model and not data["calibration"].get("video"):
         data["calibration"] = {**data["calibration"], "video": calibration_video}
     return EngineConfig.model_validate(data)
 
 
-def model_path(config: Config, variant: Variant, int8_model: str | None) -> str:
+def model_path(config: Config, variant: Variant, int8_model: str | None, fp16_model: str | None = None) -> str:
+    if variant.uses_fp16_model:
+        if fp16_model is None:
+            raise UsageError(f"{variant.label} needs an fp16 model (--fp16-model, or let the bench convert)")
+        return fp16_model
     if variant.uses_int8_model:
         if int8_model is None:
             raise UsageError(f"{variant.label} needs an INT8 model (--int8-model, or let the bench quantise)")
@@ -172,3 +182,16 @@ def ensure_int8_model(
     )
     log.info("quantised %s on %d frames of %s: %s", config.model.path, report.frames, video, output)
     return str(output), asdict(report)
+
+
+def ensure_fp16_model(config: Config, task: Task, given: str | None) -> str:
+    """`given`, or the config's model converted to fp16 now (a temporary folder)."""
+    if given:
+        if not Path(given).is_file():
+            raise UsageError(f"--fp16-model: file not found: {given}")
+        return given
+    from engines.fp16 import convert_model_file
+
+    output = Path(tempfile.mkdtemp(prefix="framewire-bench-fp16-")) / (Path(config.model.path).stem + "-fp16.onnx")
+    convert_model_file(config.model.path, output, task.dynamic_axes())
+    return str(output)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from pipeline.framepool import FramePool
 from pipeline.tensors import TensorSpec
 
 
@@ -34,3 +37,24 @@ class Engine(ABC):
     def provider(self) -> str:
         """What actually runs the model (for logs and metrics), e.g. `CPUExecutionProvider`."""
         return self.backend
+
+    def pin_pool(self, pool: FramePool) -> bool:
+        """A frame pool this worker reads inputs from was attached: a GPU backend registers it as
+        pinned memory so inputs are copied from it by DMA. Returns whether it did (default: no)."""
+        return False
+
+    def unpin_pool(self, pool: FramePool) -> None:
+        """That pool is being removed: undo `pin_pool` before the pool is unmapped (default: no-op)."""
+
+
+@dataclass(frozen=True)
+class ProfileShape:
+    """The shapes one input accepts: TensorRT tunes for `opt` and accepts anything in [min, max]."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def to_json(self) -> list[Any]:
+        return [self.name, list(self.min), list(self.opt), list(self.max)]

@@ -3,8 +3,10 @@
 cuda-python is imported lazily (it is part of the `gpu` extra only), from `cuda.bindings.runtime`
 (cuda-python >= 12.6, and 13) or `cuda.cudart` (older releases). Its calls return tuples
 `(err, value...)`; `check` turns a failed one into an `EngineError` that names the call and the CUDA
-error. Without a driver some releases return an error and others raise: `gpu_status` copes with both
-and never raises, so that `backend: auto` can ask on any machine.
+error. Without a driver, cuda-python 12.9 and 13.x return `(cudaErrorInsufficientDriver, None)` from
+every call (checked against the real modules in tests/contract); `gpu_status` reads the error before
+the value, copes with a binding that raises too, and never raises, so that `backend: auto` can ask
+on any machine.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def call(name: str, *args: Any) -> Any:
         result = getattr(rt, name)(*args)
     except EngineError:
         raise
-    except Exception as exc:  # noqa: BLE001 - cuda-python 13 raises where older ones return errors
+    except Exception as exc:  # noqa: BLE001 - a binding may raise (bad argument types) instead of returning
         raise EngineError(f"CUDA {name} failed: {_first_line(exc)}") from None
     return check(result, name, rt)
 
@@ -103,11 +105,15 @@ def gpu_status() -> tuple[int, str]:
         return _driver_device_count()
     try:
         result = rt.cudaGetDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - cuda-python 13 raises when libcuda is missing
+    except Exception as exc:  # noqa: BLE001 - defensive: a binding that raises instead of returning
         return 0, f"{NO_GPU} ({_first_line(exc)})"
-    err, count = result[0], int(result[1]) if len(result) > 1 else 0
-    if failed(err):
-        return 0, f"{NO_GPU} (cudaGetDeviceCount: {error_name(rt, err)})"
+    if not isinstance(result, tuple):
+        result = (result,)
+    # The error first: without a driver, cuda-python 12.9 and 13.x return
+    # (cudaErrorInsufficientDriver, None), and None is no count.
+    if failed(result[0]):
+        return 0, f"{NO_GPU} (cudaGetDeviceCount: {error_name(rt, result[0])})"
+    count = int(result[1]) if len(result) > 1 and result[1] is not None else 0
     if count == 0:
         return 0, NO_GPU
     return count, ""
@@ -140,6 +146,42 @@ def device_name(device: int) -> str:
 def set_device(device: int) -> None:
     """Make `device` current for this thread (the infer worker's GPU)."""
     call("cudaSetDevice", device)
+
+
+def versions() -> dict[str, int | None]:
+    """The CUDA version the driver supports and the one the cuda-python runtime was built for, as
+    CUDA's integers (12040 = 12.4); None where it cannot be told. Never raises."""
+    found: dict[str, int | None] = {"driver": None, "runtime": None}
+    try:
+        rt = runtime()
+    except EngineError:
+        return found
+    for key, name in (("driver", "cudaDriverGetVersion"), ("runtime", "cudaRuntimeGetVersion")):
+        try:
+            result = getattr(rt, name)()
+        except Exception:  # noqa: BLE001 - only information
+            continue
+        # Without a driver cudaDriverGetVersion succeeds with 0: no driver is no version.
+        if isinstance(result, tuple) and len(result) > 1 and not failed(result[0]) and result[1]:
+            found[key] = int(result[1])
+    return found
+
+
+def version_text(version: int | None) -> str:
+    """12040 -> '12.4'."""
+    if not version:
+        return "unknown"
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def memory_info(device: int) -> tuple[int, int] | None:
+    """(free, total) bytes of GPU `device`, None when it cannot be told. Never raises."""
+    try:
+        set_device(device)
+        free, total = call("cudaMemGetInfo")
+        return int(free), int(total)
+    except EngineError:
+        return None
 
 
 def _driver_device_count() -> tuple[int, str]:
@@ -289,7 +331,12 @@ class Graph:
                 pass
             raise
         self._graph = call("cudaStreamEndCapture", stream.handle)
-        self.exec = call("cudaGraphInstantiate", self._graph, 0)
+        try:
+            self.exec = call("cudaGraphInstantiate", self._graph, 0)
+        except BaseException:
+            # The captured graph is ours until an executable graph owns it: free it here.
+            self.close()
+            raise
 
     def launch(self, stream: Stream) -> None:
         call("cudaGraphLaunch", self.exec, stream.handle)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from engines.base import Engine
+from engines.base import Engine, ProfileShape
 from engines.onnx_model import load_model_bytes
 from pipeline.errors import ConfigError, EngineError
 from pipeline.tensors import Dim, TensorSpec
@@ -85,6 +85,9 @@ class OnnxRuntimeEngine(Engine):
         cache_dir: str | None = None,
         optimized_cache: bool = False,
         io_binding: bool | None = None,
+        gpu_mem_limit: int | None = None,
+        cudnn_conv_algo_search: str = "exhaustive",
+        trt_profile: Sequence[ProfileShape] | None = None,
     ) -> None:
         self.model_path = str(model_path)
         self.device_id = device_id
@@ -105,8 +108,26 @@ class OnnxRuntimeEngine(Engine):
         wants_gpu = any(name != PROVIDERS["cpu"] for name in ort_providers)
         if wants_gpu or optimized_cache:
             _make_dir(directory)
+        model: str | bytes = self.model_path
+        if dynamic_axes:
+            model = load_model_bytes(self.model_path, dynamic_axes)
+        model_key = ""
+        if PROVIDERS["tensorrt"] in ort_providers:
+            model_key = _engine_cache_key(model, precision)
         provider_args: list[str | tuple[str, dict[str, Any]]] = [
-            (name, provider_options(name, device_id=device_id, precision=precision, cache_dir=directory))
+            (
+                name,
+                provider_options(
+                    name,
+                    device_id=device_id,
+                    precision=precision,
+                    cache_dir=directory,
+                    model_key=model_key,
+                    gpu_mem_limit=gpu_mem_limit,
+                    cudnn_conv_algo_search=cudnn_conv_algo_search,
+                    profile=trt_profile,
+                ),
+            )
             if name != PROVIDERS["cpu"]
             else name
             for name in ort_providers
@@ -121,9 +142,6 @@ class OnnxRuntimeEngine(Engine):
         if optimized_model_path:
             options.optimized_model_filepath = str(optimized_model_path)
 
-        model: str | bytes = self.model_path
-        if dynamic_axes:
-            model = load_model_bytes(self.model_path, dynamic_axes)
         saved: tuple[Path, Path] | None = None
         # The TensorRT provider compiles subgraphs that cannot be saved as ONNX; it caches engines.
         if optimized_cache and not optimized_model_path and PROVIDERS["tensorrt"] not in ort_providers:
@@ -201,25 +219,77 @@ class OnnxRuntimeEngine(Engine):
         self._session = None
 
 
-def provider_options(name: str, *, device_id: int, precision: str, cache_dir: Path) -> dict[str, Any]:
-    """Options of a GPU execution provider: its device, and for TensorRT the precision and caches."""
+CONV_ALGO_SEARCH = {"exhaustive": "EXHAUSTIVE", "heuristic": "HEURISTIC", "default": "DEFAULT"}
+
+
+def provider_options(
+    name: str,
+    *,
+    device_id: int,
+    precision: str,
+    cache_dir: Path,
+    model_key: str = "",
+    gpu_mem_limit: int | None = None,
+    cudnn_conv_algo_search: str = "exhaustive",
+    profile: Sequence[ProfileShape] | None = None,
+) -> dict[str, Any]:
+    """Options of a GPU execution provider (option names checked against the onnxruntime-gpu 1.26
+    and 1.31 providers' libraries).
+
+    CUDA: the device, the cuDNN algorithm search and, with several processes on one GPU, a limit on
+    the memory arena (grown by what is asked, not doubled, so it stays under the limit).
+    TensorRT: the precision; engines cached in a folder of their own per model (`model_key`: ONNX
+    Runtime names cached engines by graph name and shapes only, so a retrained model of the same
+    topology would load the old engine); one timing cache for all (timings do not depend on the
+    weights); and the optimisation profile, so that the engine is built once for every batch and
+    size the sources will feed, not again at run time as new shapes appear.
+    """
     if name == PROVIDERS["cuda"]:
-        return {"device_id": device_id}
+        if cudnn_conv_algo_search not in CONV_ALGO_SEARCH:
+            raise ConfigError(
+                f"engine.cudnn_conv_algo_search: {cudnn_conv_algo_search!r} is not one of "
+                f"{', '.join(CONV_ALGO_SEARCH)}"
+            )
+        options: dict[str, Any] = {
+            "device_id": device_id,
+            "cudnn_conv_algo_search": CONV_ALGO_SEARCH[cudnn_conv_algo_search],
+        }
+        if gpu_mem_limit:
+            options["gpu_mem_limit"] = int(gpu_mem_limit)
+            options["arena_extend_strategy"] = "kSameAsRequested"
+        return options
     if name == PROVIDERS["tensorrt"]:
         if precision not in ("fp32", "fp16", "int8"):
             raise ConfigError(f"engine.precision: {precision!r} is not one of fp32, fp16, int8")
-        engines = cache_dir / "ort-tensorrt"
-        return {
+        root = cache_dir / "ort-tensorrt"
+        engines = root / model_key if model_key else root
+        options = {
             "device_id": device_id,
             "trt_fp16_enable": precision in ("fp16", "int8"),
-            # INT8 here needs a model with Q/DQ nodes (`quantize`) or a calibration table.
+            # INT8 here needs a model with Q/DQ nodes (`quantize --recipe tensorrt`) or a calibration table.
             "trt_int8_enable": precision == "int8",
             "trt_engine_cache_enable": True,
             "trt_engine_cache_path": str(engines),
             "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": str(engines),
+            "trt_timing_cache_path": str(root),
         }
+        if profile:
+            for key, index in (("min", 0), ("opt", 1), ("max", 2)):
+                options[f"trt_profile_{key}_shapes"] = ",".join(
+                    f"{shape.name}:{'x'.join(str(d) for d in (shape.min, shape.opt, shape.max)[index])}"
+                    for shape in profile
+                )
+        return options
     return {}
+
+
+def _engine_cache_key(model: str | bytes, precision: str) -> str:
+    """The folder of ONNX Runtime's TensorRT engines for this model: its bytes (after any dims
+    rewrite), the precision and the ONNX Runtime version."""
+    data = model if isinstance(model, bytes) else Path(model).read_bytes()
+    digest = hashlib.sha256(data)
+    digest.update(f"|{precision}|{ort.__version__}".encode())
+    return digest.hexdigest()[:24]
 
 
 def provider_in_use(model_path: str, requested: Sequence[str], used: Sequence[str]) -> str:

@@ -35,6 +35,7 @@ def _onnxruntime(
 ) -> Engine:
     from engines.onnxruntime import OnnxRuntimeEngine
 
+    several = config.processes_per_device > 1
     return OnnxRuntimeEngine(
         model_path,
         threads=config.threads,
@@ -45,7 +46,61 @@ def _onnxruntime(
         precision=config.precision,
         cache_dir=config.cache_dir,
         optimized_cache=config.optimized_model_cache,
+        gpu_mem_limit=_gpu_mem_limit(config, options.device) if "cuda" in config.providers else None,
+        cudnn_conv_algo_search=config.cudnn_conv_algo_search or ("heuristic" if several else "exhaustive"),
+        trt_profile=_ort_trt_profile(config, model_path, dynamic_axes, options)
+        if "tensorrt" in config.providers
+        else None,
     )
+
+
+def _gpu_mem_limit(config: EngineConfig, device: int) -> int | None:
+    """Bytes of ONNX Runtime's CUDA arena for one infer process: `gpu_mem_limit_mb`, or with several
+    processes on one GPU 90% of its memory shared among them (each arena otherwise grows until the
+    GPU is full, and the last process to ask fails)."""
+    if config.gpu_mem_limit_mb:
+        return config.gpu_mem_limit_mb << 20
+    if config.processes_per_device < 2:
+        return None
+    from engines import cuda
+
+    memory = cuda.memory_info(device)
+    if memory is None:
+        log.warning(
+            "engine.gpu_mem_limit_mb: GPU %d's memory is unknown (no cuda-python?); the %d processes "
+            "on it share it without limits",
+            device,
+            config.processes_per_device,
+        )
+        return None
+    return int(memory[1] * 0.9) // config.processes_per_device
+
+
+def _ort_trt_profile(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions,
+) -> Any:
+    """The optimisation profile ONNX Runtime's TensorRT provider builds its engine for: the same
+    batches and source sizes as native TensorRT's; None (ORT's own run-time rebuilds) when the
+    sources give no sizes."""
+    from engines.onnx_model import describe
+    from engines.trt_build import make_profile
+    from pipeline.errors import ConfigError
+
+    inputs, _ = describe(model_path, dynamic_axes or None)
+    try:
+        return make_profile(
+            inputs,
+            min_batch=config.min_batch,
+            opt_batch=config.opt_batch or config.max_batch,
+            max_batch=config.max_batch,
+            examples=dict(options.input_shapes()) if options.input_shapes else {},
+        )
+    except ConfigError as exc:
+        log.info("ONNX Runtime TensorRT provider without a profile: %s", exc)
+        return None
 
 
 def _tensorrt(
@@ -153,10 +208,12 @@ class Choice:
     reason: str
 
 
-def choose_backend(config: EngineConfig, machine: Machine | None = None) -> Choice:
+def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quiet: bool = False) -> Choice:
     """The backend that runs `config`. `auto`: TensorRT when it imports and a GPU is present, else
     ONNX Runtime with CUDA when its build has the provider and a GPU is present, else ONNX Runtime
-    on the CPU (`engine.providers` then does not apply). The choice is logged in one line."""
+    on the CPU (`engine.providers` then does not apply). The choice is logged in one line, once per
+    process (`quiet`: at debug level, for the infer workers, so a job says it once): a warning when
+    GPU packages are installed but no GPU can be used, since that user expected a GPU."""
     if config.backend is Backend.TENSORRT:
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
     machine = machine or detect_machine()
@@ -183,7 +240,9 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None) -> Choi
         choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
     if choice not in _logged:  # once per process, however often it is asked
         _logged.add(choice)
-        log.info("engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
+        gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
+        level = logging.DEBUG if quiet else logging.WARNING if gpu_packages and not choice.gpu else logging.INFO
+        log.log(level, "engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
     return choice
 
 
@@ -226,7 +285,7 @@ def open_engine(
     options: OpenOptions | None = None,
 ) -> Engine:
     """The engine of `config` for one worker (`options.device` is its GPU)."""
-    choice = choose_backend(config)
+    choice = choose_backend(config, quiet=True)  # the supervisor's preflight said it already
     if config.backend is Backend.AUTO:
         config = config.model_copy(update={"backend": choice.backend, "providers": choice.providers})
     return BACKENDS[choice.backend](config, model_path, dynamic_axes or {}, options or OpenOptions())

@@ -3,15 +3,19 @@
 Buffers are allocated once, at the profile's largest shapes: a pinned host buffer and a device
 buffer per tensor, their device addresses bound with `set_tensor_address` once. Each `infer` sets
 the input shapes only when they change, copies inputs host-to-device on the worker's own stream
-(straight from the frame pool when it could be registered as pinned memory), runs
-`execute_async_v3` - or replays the CUDA graph captured for these shapes - and copies the requested
-outputs back, trimmed to the frames actually given.
+(straight from a frame pool registered as pinned memory, else through the pinned staging buffer),
+runs `execute_async_v3` - or replays the CUDA graph captured for these shapes - and copies the
+requested outputs back, trimmed to the frames actually given.
+
+Frame pools are registered when the infer stage is told a pool is attached (`pin_pool`) and
+unregistered when it is removed (`unpin_pool`), before the pool is unmapped: a registration holds
+the pool's memory, so a pool still registered could not be closed. The same calls work on TensorRT
+10 and 11 (the runtime API did not change).
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,16 +26,15 @@ import numpy as np
 
 from engines import cuda
 from engines.base import Engine
-from engines.trt_build import import_tensorrt, make_logger
+from engines.trt_build import construct, import_tensorrt, make_logger
 from pipeline.errors import EngineError
+from pipeline.framepool import FramePool
 from pipeline.tensors import Dim, TensorSpec
 
 logger = logging.getLogger(__name__)
 
 MAX_GRAPHS = 16
 """CUDA graphs kept (one per distinct set of input shapes); beyond that, plain launches."""
-MAX_PINNED_POOLS = 8
-PIN_MIN_BYTES = 1 << 20
 
 
 @dataclass
@@ -80,7 +83,8 @@ class TensorRTEngine(Engine):
         cuda.set_device(device)
         self._thread = threading.get_ident()
         self._trt_logger = make_logger(trt)
-        self._runtime = trt.Runtime(self._trt_logger)
+        self._trt_logger.clear()
+        self._runtime = construct(trt.Runtime, self._trt_logger, what=f"a runtime on GPU {device}")
         try:
             data = Path(self.engine_path).read_bytes()
         except OSError as exc:
@@ -98,8 +102,7 @@ class TensorRTEngine(Engine):
         self._stream = cuda.Stream()
         self._graphs: dict[tuple[tuple[int, ...], ...], cuda.Graph] = {}
         self._graphs_failed = False
-        self._pinned: list[cuda.HostRegistration] = []
-        self._pin_failed = False
+        self._pinned: dict[str, cuda.HostRegistration] = {}  # pool name -> its registration
         self._out_shapes: dict[tuple[tuple[int, ...], ...], dict[str, tuple[int, ...]]] = {}
         try:
             self._tensors = self._describe(trt)
@@ -114,6 +117,12 @@ class TensorRTEngine(Engine):
     @property
     def provider(self) -> str:
         return f"TensorRT on GPU {self.device} ({self._gpu_name})"
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest batch the engine takes (its profile's max on axis 0), for dynamic batching."""
+        batches = {t.max_shape[0] for t in self._tensors if t.is_input and t.max_shape}
+        return min(batches) if batches else None
 
     # --- set-up --------------------------------------------------------------------------------
 
@@ -283,30 +292,49 @@ class TensorRTEngine(Engine):
             logger.warning("model %s: no CUDA graphs (%s); plain launches instead", self.model_path, exc)
 
     def _pinned_pointer(self, array: np.ndarray) -> int | None:
-        """The address to copy `array` from directly, when it lies in pinned memory: the frame pool
-        (an mmap) is registered with CUDA the first time one of its views is fed."""
-        if not self._pin_frame_pool or not array.flags.c_contiguous:
+        """The address to copy `array` from directly, when it lies in a registered frame pool."""
+        if not array.flags.c_contiguous:
             return None
         pointer, size = int(array.ctypes.data), int(array.nbytes)
-        for registration in self._pinned:
+        for registration in self._pinned.values():
             if registration.contains(pointer, size):
                 return pointer
-        if self._pin_failed or len(self._pinned) >= MAX_PINNED_POOLS:
-            return None
-        root = array
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        owner = root.base.obj if isinstance(root.base, memoryview) else root.base
-        if not isinstance(owner, mmap.mmap) or root.nbytes < PIN_MIN_BYTES or not root.flags.c_contiguous:
-            return None
+        return None
+
+    # --- frame pools ---------------------------------------------------------------------------
+
+    def pin_pool(self, pool: FramePool) -> bool:
+        """Register a frame pool's memory (its whole mapping) as pinned, so inputs read from it are
+        copied to the GPU by DMA, with no staging copy. Returns whether it is pinned now. A failure
+        (no lockable memory left, a driver that refuses) is one warning naming the pool: that
+        source's frames then go through the staging buffer, which costs a copy, not a frame."""
+        name, memory = pool.layout.name, pool.memory
+        if not self._pin_frame_pool or self._closed:
+            return False
+        if name in self._pinned:
+            return True
+        if threading.get_ident() != self._thread:
+            cuda.set_device(self.device)
+            self._thread = threading.get_ident()
         try:
-            registration = cuda.HostRegistration(root)
+            self._pinned[name] = cuda.HostRegistration(memory)
         except EngineError as exc:
-            self._pin_failed = True
-            logger.info("frame pool not registered as pinned memory (%s); staging copies instead", exc)
-            return None
-        self._pinned.append(registration)
-        return pointer if registration.contains(pointer, size) else None
+            logger.warning(
+                "frame pool %s (%d MiB) not registered as pinned memory (%s); its frames are "
+                "copied through the staging buffer",
+                name,
+                memory.nbytes >> 20,
+                exc,
+            )
+            return False
+        logger.debug("frame pool %s registered as pinned memory (%d bytes)", name, memory.nbytes)
+        return True
+
+    def unpin_pool(self, pool: FramePool) -> None:
+        """Unregister a frame pool (before it is unmapped) and drop the engine's reference to it."""
+        registration = self._pinned.pop(pool.layout.name, None)
+        if registration is not None:
+            registration.close()
 
     # --- teardown ------------------------------------------------------------------------------
 
@@ -323,9 +351,9 @@ class TensorRTEngine(Engine):
                 if buffer is not None:
                     buffer.close()
             tensor.host = tensor.device = None
-        for registration in getattr(self, "_pinned", []):
+        for registration in getattr(self, "_pinned", {}).values():
             registration.close()
-        self._pinned = []
+        self._pinned = {}
         stream = getattr(self, "_stream", None)
         if stream is not None:
             stream.close()

@@ -3,8 +3,9 @@
 An engine is specific to the model, the TensorRT version, the GPU, the precision and the optimisation
 profile (the range of input shapes it accepts), so all of those make its cache key. The first infer
 worker that needs an engine builds it under a file lock while the others wait, and every later start
-loads it from `engine.cache_dir`. INT8 without Q/DQ nodes in the model is calibrated with an entropy
-calibrator fed by batches of frames through the task's own preprocessing; its table is cached too.
+loads it from `engine.cache_dir`. INT8 without Q/DQ nodes in the model is calibrated on batches of
+frames through the task's own preprocessing: with TensorRT 10 by an entropy calibrator, with
+TensorRT 11 (strongly typed networks only) by making a Q/DQ model on the CPU; either result is cached.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from engines import cuda
+from engines.base import ProfileShape
 from pipeline.errors import ConfigError, EngineError
 from pipeline.tensors import TensorSpec
 
@@ -43,7 +45,9 @@ def import_tensorrt() -> ModuleType:
     try:
         import tensorrt as trt
     except ImportError as exc:
-        if getattr(exc, "name", None) == "tensorrt":
+        # Not installed: ModuleNotFoundError. Installed but its libraries missing (the -libs wheel
+        # absent, libnvinfer not on the path): a plain ImportError, whose name is "tensorrt" too.
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "tensorrt":
             raise EngineError(
                 f"engine.backend: tensorrt: the tensorrt package is not installed ({cuda.INSTALL_HINT})"
             ) from None
@@ -64,19 +68,6 @@ def cache_dir(configured: str | None) -> Path:
 
 
 # --- optimisation profile ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProfileShape:
-    """The shapes one input accepts: TensorRT tunes for `opt` and accepts anything in [min, max]."""
-
-    name: str
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-    def to_json(self) -> list[Any]:
-        return [self.name, list(self.min), list(self.opt), list(self.max)]
 
 
 def make_profile(
@@ -419,13 +410,30 @@ def build_serialized(
     directory: Path,
     gpu_name: str,
 ) -> bytes:
-    """Parse the ONNX bytes and build the serialized engine (plan) with the TensorRT builder."""
+    """Parse the ONNX bytes and build the serialized engine (plan) with the TensorRT builder.
+
+    TensorRT 10 sets the precision on the builder (FP16 / INT8 flags, an entropy calibrator for a
+    model without Q/DQ nodes). TensorRT 11 builds strongly typed networks only, so the precision is
+    in the model itself: fp16 converts it (`engines.fp16`), int8 needs Q/DQ nodes, made here from the
+    calibration frames with the TensorRT recipe of `engines.quantize` when the model has none.
+    """
+    major = trt_major(trt)
+    info = model_info(data)
+    if info.qdq and not info.symmetric:
+        raise ConfigError(
+            f"model.path: {request.model_path} has Q/DQ nodes with non-zero zero points (quantised "
+            "for the CPU?); TensorRT takes symmetric int8 only: make it with quantize --recipe tensorrt"
+        )
+    if major >= 11:
+        data = _strongly_typed_model(request, data, info, directory)
     trt_logger = make_logger(trt)
-    builder = trt.Builder(trt_logger)
+    trt_logger.clear()
+    builder = construct(trt.Builder, trt_logger, what="a builder")
     flags = 0
-    explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
-    if explicit is not None and _major(str(trt.__version__)) < 10:
-        flags = 1 << int(explicit)  # TensorRT 8: explicit batch is a flag; from 10 the only mode
+    if major < 10:
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 8: a flag; 10: the only mode
+    elif major >= 11:
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)  # the only mode; said explicitly
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, trt_logger)
     if not parser.parse(data):
@@ -439,20 +447,16 @@ def build_serialized(
     for shape in profile:
         optimisation.set_shape(shape.name, shape.min, shape.opt, shape.max)
     config.add_optimization_profile(optimisation)
-
     timing_path = timing_cache_file(directory, str(trt.__version__), gpu_name)
-    timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.is_file() else b"")
-    config.set_timing_cache(timing, ignore_mismatch=False)
+    _use_timing_cache(config, timing_path)
 
     calibrator = None
-    if request.precision in ("fp16", "int8"):
+    if major < 11 and request.precision in ("fp16", "int8"):
         config.set_flag(trt.BuilderFlag.FP16)  # int8 layers TensorRT cannot quantise fall back to fp16
-    if request.precision == "int8":
+    if major < 11 and request.precision == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
-        if not _has_qdq(data):
-            calibrator = _calibrator(
-                trt, builder, config, request, data, directory, [s.name for s in profile]
-            )
+        if not info.qdq:
+            calibrator = _calibrator(trt, builder, config, request, data, info, directory, [s.name for s in profile])
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -463,11 +467,133 @@ def build_serialized(
     if serialized is None:
         detail = trt_logger.last_error or "see the TensorRT messages with --debug"
         raise EngineError(f"model {request.model_path}: TensorRT could not build an engine: {detail}")
-    try:
-        _write_atomically(timing_path, bytes(memoryview(config.get_timing_cache().serialize())))
-    except OSError as exc:
-        logger.warning("timing cache %s not written: %s", timing_path, exc)
+    _save_timing_cache(config, timing_path)
     return bytes(memoryview(serialized))
+
+
+def trt_major(trt: ModuleType) -> int:
+    """The major version of the tensorrt module (10, 11)."""
+    return _major(str(trt.__version__))
+
+
+def construct(factory: Any, trt_logger: Any, *, what: str) -> Any:
+    """`trt.Builder(logger)` or `trt.Runtime(logger)`; when TensorRT cannot start (no usable CUDA
+    driver or GPU, out of memory) the bindings raise `TypeError: pybind11::init(): factory function
+    returned nullptr`, which becomes one EngineError here."""
+    try:
+        return factory(trt_logger)
+    except TypeError as exc:
+        detail = trt_logger.last_error or _first_line(exc)
+        raise EngineError(
+            f"TensorRT cannot create {what} (CUDA driver or GPU unusable?): {detail}"
+        ) from None
+
+
+def _use_timing_cache(config: Any, path: Path) -> None:
+    """Give the build the timing cache of earlier builds; a cache TensorRT refuses (made on another
+    GPU model or TensorRT build: `set_timing_cache` returns False) is replaced by a fresh one, so
+    that the build goes on and its timings are saved."""
+    data = b""
+    try:
+        data = path.read_bytes() if path.is_file() else b""
+    except OSError as exc:
+        logger.warning("timing cache %s not read: %s", path, exc.strerror)
+    if config.set_timing_cache(config.create_timing_cache(data), ignore_mismatch=False):
+        return
+    logger.warning("timing cache %s does not fit this GPU or TensorRT; starting a new one", path)
+    config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
+
+
+def _save_timing_cache(config: Any, path: Path) -> None:
+    """Write the timing cache after a build; a failure costs only time on the next build, so it is
+    logged and the engine is written all the same."""
+    try:
+        cache = config.get_timing_cache()
+        if cache is None:
+            logger.warning("timing cache %s not written: the build had none", path)
+            return
+        _write_atomically(path, bytes(memoryview(cache.serialize())))
+    except (OSError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        logger.warning("timing cache %s not written: %s", path, _first_line(exc))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the builder needs to know of the parsed model."""
+
+    qdq: bool
+    """Explicit Q/DQ nodes: TensorRT needs no calibrator."""
+    symmetric: bool
+    """Every Q/DQ zero point is zero (int8 symmetric), as TensorRT requires."""
+    batch: Mapping[str, int | None]
+    """Each input's batch dim when it is fixed in the model, else None."""
+
+
+def model_info(data: bytes) -> ModelInfo:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load_from_string(data)
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    qdq = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    symmetric = True
+    for node in qdq:
+        zero_point = initializers.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if zero_point is not None:
+            values = numpy_helper.to_array(zero_point)
+            if values.dtype != np.int8 or np.any(values != 0):
+                symmetric = False
+    batch: dict[str, int | None] = {}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        batch[value.name] = int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") else None
+    return ModelInfo(bool(qdq), symmetric, batch)
+
+
+def _strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, directory: Path) -> bytes:
+    """The model TensorRT 11 builds for `request.precision`: precision lives in the model."""
+    if request.precision == "fp16":
+        from engines.fp16 import convert_to_fp16
+
+        return convert_to_fp16(data)
+    if request.precision != "int8" or info.qdq:
+        return data
+    if request.calibration is None:
+        raise ConfigError(
+            "engine.calibration.video: precision int8 with TensorRT 11 needs a model with Q/DQ nodes "
+            "(quantize --recipe tensorrt) or calibration frames to make one (set engine.calibration.video)"
+        )
+    cached = calibration_cache_file(directory, data, request.calibration_id).with_suffix(".onnx")
+    if cached.is_file():
+        logger.info("calibration: using the Q/DQ model %s", cached)
+        return cached.read_bytes()
+    return _quantize_for_tensorrt(request, data, info, cached)
+
+
+def _quantize_for_tensorrt(request: BuildRequest, data: bytes, info: ModelInfo, target: Path) -> bytes:
+    """Q/DQ int8 (symmetric, per-channel weights) calibrated on the CPU with ONNX Runtime on the
+    request's calibration frames, one frame per feed, cached in `target`."""
+    import tempfile
+
+    from engines.quantize import QuantizeOptions, quantize_model
+
+    assert request.calibration is not None
+    names = list(info.batch)
+
+    def feeds() -> Iterator[dict[str, np.ndarray]]:
+        feeder = BatchFeeder(request.calibration(), 1, names, limit=request.calibration_frames)  # type: ignore[misc]
+        while (batch := feeder.next_batch()) is not None:
+            yield batch
+
+    logger.warning("calibration: making a Q/DQ int8 model for TensorRT 11 on the CPU (once)")
+    with tempfile.TemporaryDirectory(prefix="framewire-trt-int8-") as tmp:
+        source = Path(tmp) / "model.onnx"
+        source.write_bytes(data)
+        quantize_model(source, target, feeds(), options=QuantizeOptions(recipe="tensorrt"))
+    return target.read_bytes()
 
 
 def _calibrator(
@@ -476,6 +602,7 @@ def _calibrator(
     config: Any,
     request: BuildRequest,
     data: bytes,
+    info: ModelInfo,
     directory: Path,
     input_names: Sequence[str],
 ) -> Any:
@@ -484,14 +611,25 @@ def _calibrator(
             "engine.calibration.video: precision int8 needs calibration frames (set "
             "engine.calibration.video), or a model with Q/DQ nodes"
         )
-    feeder = BatchFeeder(
-        request.calibration(), request.calibration_batch, input_names, limit=request.calibration_frames
-    )
+    # The calibration batches must fit the network: an input whose batch is fixed in the model
+    # (often 1) takes batches of exactly that size, whatever engine.calibration.batch says.
+    fixed = [size for name in input_names if (size := info.batch.get(name)) is not None]
+    batch_size = request.calibration_batch
+    if fixed:
+        batch_size = min(fixed)
+        if batch_size != request.calibration_batch:
+            logger.info(
+                "calibration: the model's batch is fixed at %d; calibrating in batches of %d, not %d",
+                batch_size,
+                batch_size,
+                request.calibration_batch,
+            )
+    feeder = BatchFeeder(request.calibration(), batch_size, input_names, limit=request.calibration_frames)
     cache_path = calibration_cache_file(directory, data, request.calibration_id)
     first = feeder.peek()
     if first is None:
         raise ConfigError(
-            f"engine.calibration: fewer than {request.calibration_batch} frames to calibrate with "
+            f"engine.calibration: fewer than {batch_size} frames to calibrate with "
             f"(engine.calibration.batch)"
         )
     # With dynamic shapes TensorRT calibrates in a profile of its own: the calibration batch's shape.
@@ -504,20 +642,25 @@ def _calibrator(
     return calibrator
 
 
-def _has_qdq(data: bytes) -> bool:
-    """Whether the model is already quantised (explicit Q/DQ nodes): TensorRT needs no calibrator."""
-    import onnx
-
-    model = onnx.load_from_string(data)
-    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.graph.node)
+_LOGGER: Any = None
+"""The process's one TensorRT logger: TensorRT keeps the logger of the first builder or runtime a
+process creates and sends every later message there, so a second logger would never hear a thing."""
 
 
 def make_logger(trt: ModuleType) -> Any:
-    """A TensorRT logger writing to Python logging; remembers the last error for one-line messages."""
+    """The TensorRT logger of this process, writing to Python logging; remembers the last error for
+    one-line messages (`clear()` it before an operation whose error you want)."""
+    global _LOGGER
+    if _LOGGER is not None and _LOGGER.module is trt:
+        return _LOGGER
 
     class _Logger(trt.ILogger):  # type: ignore[name-defined,misc]
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
+            self.module = trt
+            self.last_error = ""
+
+        def clear(self) -> None:
             self.last_error = ""
 
         def log(self, severity: Any, msg: str) -> None:
@@ -530,7 +673,8 @@ def make_logger(trt: ModuleType) -> Any:
             else:
                 logger.debug("TensorRT: %s", msg)
 
-    return _Logger()
+    _LOGGER = _Logger()
+    return _LOGGER
 
 
 @contextlib.contextmanager

@@ -113,6 +113,12 @@ class FramePool:
             os.close(fd)
         return cls(layout, mapping, owner=False)
 
+    @property
+    def memory(self) -> np.ndarray:
+        """The whole mapping as one uint8 array, no copy: what a GPU engine registers as pinned
+        memory. Whoever keeps it must drop it before `close`, or the mapping cannot be closed."""
+        return self._buffer
+
     def has(self, region: str) -> bool:
         return region in self._regions
 

@@ -11,6 +11,7 @@ import numpy as np
 from engines.base import Engine
 from pipeline.errors import EngineError
 from pipeline.frame import Frame, Stage, StageContext
+from pipeline.framepool import FramePool
 from stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,18 @@ class Infer(Stage):
                 )
         for i, frame in enumerate(frames):
             frame.tensors = {name: value[i : i + 1] for name, value in outputs.items()}
+
+    def pool_added(self, pool: FramePool) -> None:
+        """The worker attached a source's frame pool: a GPU engine registers it as pinned memory
+        now, before its first frame, so no frame pays for the registration."""
+        if self.engine is not None:
+            self.engine.pin_pool(pool)
+
+    def pool_removed(self, pool: FramePool) -> None:
+        """The worker is about to unmap a source's pool: the engine lets go of it first (a
+        registered pool cannot be unmapped)."""
+        if self.engine is not None:
+            self.engine.unpin_pool(pool)
 
     def describe(self) -> dict[str, Any]:
         """What this worker runs on, for the metrics (`framewire_provider_info`)."""

@@ -21,6 +21,7 @@ DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 MODULES: tuple[str, ...] = (
     "app.commands.bench",
     "app.commands.build_engine",
+    "app.commands.doctor",
     "app.commands.quantize",
     "app.commands.worker",
 )

@@ -60,6 +60,14 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "--method", choices=("minmax", "entropy", "percentile"), default="minmax", help="calibration method"
     )
     parser.add_argument("--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)")
+    parser.add_argument(
+        "--recipe",
+        choices=("cpu", "tensorrt", "fp16"),
+        default="cpu",
+        help="cpu: fastest on ONNX Runtime's CPU; tensorrt: Q/DQ int8 as TensorRT takes it (symmetric, "
+        "per-channel weights); fp16: half precision, no calibration (TensorRT 11 fp16). All run on the "
+        "CPU, so bench accuracy can check them (default: %(default)s)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -79,6 +87,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
     config = load_job(args)
     task = build_task(config)
+    if args.recipe == "fp16":
+        from engines.fp16 import convert_model_file
+
+        kept = convert_model_file(config.model.path, args.output, task.dynamic_axes())
+        print(f"{args.output}: fp16 of {config.model.path}, inputs and outputs fp32, {kept} node(s) kept fp32", file=sys.stderr)
+        print(f"use it with: --set model.path={args.output}", file=sys.stderr)
+        return 0
     videos = list(args.video) or [source.uri for source in config.sources]
     options = QuantizeOptions(
         per_channel=args.per_channel,
@@ -86,13 +101,14 @@ def run(args: argparse.Namespace) -> int:
         exclude=tuple(args.exclude),
         method=args.method,
         reduce_range=args.reduce_range,
+        recipe=args.recipe,
     )
     feeds = task_feeds(task, mixed_frames(videos, args.frames, stride=args.stride))
     report = quantize_model(
         config.model.path, args.output, feeds, dynamic_axes=task.dynamic_axes(), options=options
     )
     print(
-        f"{report.output}: INT8 (QDQ, u8 activations, s8 weights{', per channel' if args.per_channel else ''}) "
+        f"{report.output}: INT8 (QDQ, {'s8s8 symmetric for TensorRT' if args.recipe == 'tensorrt' else 'u8 activations, s8 weights'}{', per channel' if args.per_channel else ''}) "
         f"of {config.model.path}, calibrated on {report.frames} frame(s) of {', '.join(videos)} in {report.seconds:.1f} s; "
         f"{report.quantized_nodes} tensors quantised; kept in fp32: {describe_float_nodes(report.float_nodes)}",
         file=sys.stderr,

@@ -98,6 +98,18 @@ class EngineConfig(_Model):
     workspace_mb: int = Field(
         default=2048, ge=16, description="TensorRT build: workspace memory pool limit in MiB."
     )
+    gpu_mem_limit_mb: int | None = Field(
+        default=None,
+        ge=64,
+        description="ONNX Runtime CUDA provider: memory arena limit per infer process in MiB; "
+        "None = 90% of the GPU's memory shared among processes_per_device (no limit with one).",
+    )
+    cudnn_conv_algo_search: Literal["exhaustive", "heuristic", "default"] | None = Field(
+        default=None,
+        description="ONNX Runtime CUDA provider: how cuDNN picks convolution algorithms; None = "
+        "exhaustive with one process per GPU, heuristic with more (exhaustive search allocates "
+        "large workspaces that several processes on one GPU would fight over).",
+    )
 
     @field_validator("devices")
     @classmethod

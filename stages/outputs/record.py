@@ -6,9 +6,10 @@ import time
 from typing import Any
 
 from pipeline.frame import Frame
+from pipeline.names import COMPOSITE, DECODE, MIDDLE
 
 RECORD_VERSION = 1
-STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "composite")
+STAGE_ORDER = (DECODE, *MIDDLE)
 
 
 def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
@@ -19,7 +20,7 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
         span = frame.timings.get(stage)
         if span:
             latency[stage] = round((span[1] - span[0]) * 1000.0, 3)
-    decode = frame.timings.get("decode")
+    decode = frame.timings.get(DECODE)
     if decode:
         latency["total"] = round((now - decode[0]) * 1000.0, 3)
     record: dict[str, Any] = {
@@ -40,6 +41,6 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
 
 def composited_image(frame: Frame) -> Any:
     """The frame as the outputs should show it: composited if the composite stage ran on it."""
-    if "composite" in frame.timings and frame.has_region("output"):
+    if COMPOSITE in frame.timings and frame.has_region("output"):
         return frame.region("output")
     return frame.region("image")

@@ -110,3 +110,15 @@ def test_bench_accuracy_fails_below_the_tolerance(
     assert code == 1
     assert "FAIL: face agreement" in capsys.readouterr().out
     assert json.loads((tmp_path / "a.json").read_text())["results"][1]["passed"] is False
+
+
+def test_bench_accuracy_checks_an_fp16_model_on_the_cpu(tiny_job: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fp16.json"
+    code = run_pipeline.main(
+        ["bench", "accuracy", "-c", str(tiny_job), "--frames", "3",
+         "--variants", "onnxruntime:cpu:fp16", "--json", str(out)]
+    )  # fmt: skip
+    data = json.loads(out.read_text())
+    fp16 = data["results"][1]
+    assert fp16["variant"] == "onnxruntime:cpu:fp16" and fp16["provider"] == "CPUExecutionProvider"
+    assert fp16["passed"] and fp16["faces"]["agreement"] == 1.0 and code == 0  # converted now, then compared

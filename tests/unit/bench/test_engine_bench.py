@@ -22,9 +22,11 @@ def test_parse_variants() -> None:
         Variant("onnxruntime", "cpu", "int8"),
         Variant("tensorrt", "gpu", "fp16"),
     ]
-    for bad in ("onnxruntime:cpu", "tflite:cpu:fp32", "onnxruntime:cpu:fp16", "onnxruntime:cuda:int8", ""):
+    for bad in ("onnxruntime:cpu", "tflite:cpu:fp32", "onnxruntime:cuda:fp16", "onnxruntime:cuda:int8", ""):
         with pytest.raises(UsageError):
             parse(bad)
+    (fp16,) = parse("onnxruntime:cpu:fp16")  # from an fp16 model file (quantize --recipe fp16)
+    assert fp16.uses_fp16_model and not fp16.uses_int8_model
 
 
 def test_the_cpu_variants_are_always_available() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.unit.engines.gpu_fakes import fake_cuda, fake_trt  # noqa: F401 - fixtures of the GPU fakes
+from tests.unit.engines.gpu_fakes import fake_cuda, fake_trt, fake_trt11  # noqa: F401 - fixtures of the GPU fakes
 
 CONV_WEIGHTS = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1) / 10.0
 

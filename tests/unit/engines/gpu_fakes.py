@@ -1,16 +1,21 @@
 """Fakes of cuda-python's runtime module and of the tensorrt package, for machines without a GPU.
 
-They mirror the real signatures the engines call: cuda-python functions return `(err, value...)`
-tuples with `cudaError_t` codes; tensorrt's classes have the TensorRT 10 names (`num_io_tensors`,
-`get_tensor_name`, `set_input_shape`, `set_tensor_address`, `execute_async_v3`, `Builder`,
-`OnnxParser`, `IInt8EntropyCalibrator2`, ...). "Device" memory is host memory here, so copies and
-the fake engine's kernel really move bytes, and a CUDA graph really replays what was captured.
+They mirror the real modules, and tests/contract checks that they do against the real
+`cuda.bindings.runtime` (12.9 and 13) and `tensorrt` bindings (10 and 11): every name, enum value,
+parameter list and failure convention used here exists there. cuda-python functions return
+`(err, value...)` tuples with `cudaError_t` codes (`(err, None)` on failure); stream work runs only at
+cudaStreamSynchronize; captures refuse unsafe calls; pinned registrations may not overlap.
+`FakeTensorRT(version)` is TensorRT 10 (precision flags, `IInt8EntropyCalibrator2`) or 11 (strongly
+typed only); its Builder and Runtime raise TypeError as the real bindings do when CUDA cannot start,
+and keep the first logger of the process as TensorRT does. "Device" memory is host memory here, so
+copies and the fake engine's kernel really move bytes, and a CUDA graph really replays what was
+captured.
 
 The fake engine computes, for its input `x` of any shape: `y = 2 * x + 1` (same shape) and
 `s = x.sum(axis=1..)` ([N]).
 
-Use the fixtures `fake_cuda` (cuda-python present, one GPU) and `fake_trt` (tensorrt too); they
-install the modules into `sys.modules` for the test only.
+Use the fixtures `fake_cuda` (cuda-python present, one GPU), `fake_trt` (tensorrt 10 too) and
+`fake_trt11`; they install the modules into `sys.modules` for the test only.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from enum import IntEnum
 from types import ModuleType
@@ -36,8 +42,12 @@ class cudaError_t(IntEnum):
     cudaErrorInsufficientDriver = 35
     cudaErrorNoDevice = 100
     cudaErrorInvalidDevice = 101
+    cudaErrorInvalidResourceHandle = 400
     cudaErrorHostMemoryAlreadyRegistered = 712
+    cudaErrorHostMemoryNotRegistered = 713
     cudaErrorStreamCaptureUnsupported = 900
+    cudaErrorStreamCaptureInvalidated = 901
+    cudaErrorStreamCaptureWrongThread = 908
 
 
 class cudaMemcpyKind(IntEnum):
@@ -54,7 +64,7 @@ class cudaStreamCaptureMode(IntEnum):
 
 
 class cudaStream_t:
-    def __init__(self, handle: int) -> None:
+    def __init__(self, handle: int = 0) -> None:
         self._handle = handle
 
     def __int__(self) -> int:
@@ -62,48 +72,111 @@ class cudaStream_t:
 
 
 class cudaDeviceProp:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str = "") -> None:
         self.name = name.encode() + b"\0" * 8  # a char[256] in the real struct
 
 
 OK = cudaError_t.cudaSuccess
 
 
+class _Capture:
+    """One stream capture in progress: its thread, its mode, the work recorded, and whether an
+    unsafe call broke it (then cudaStreamEndCapture fails, as in CUDA)."""
+
+    def __init__(self, mode: cudaStreamCaptureMode) -> None:
+        self.thread = threading.get_ident()
+        self.mode = mode
+        self.work: list[Callable[[], None]] = []
+        self.invalidated = False
+
+
 class FakeCudaRuntime(ModuleType):
-    """`cuda.bindings.runtime` (or `cuda.cudart`): functions returning `(err, value...)`."""
+    """`cuda.bindings.runtime` (or `cuda.cudart`): functions returning `(err, value...)`, with the
+    real parameter names (tests/contract checks them) and the real conventions:
+
+    - a failed call returns `(err, None)` where it has a value; without a driver every call fails
+      with cudaErrorInsufficientDriver (cuda-python 12.9 and 13 do that; `no_driver="raise"` keeps
+      a defensive variant of a binding that raises);
+    - work on a stream (async copies, kernels, graph launches) runs only at
+      cudaStreamSynchronize: reading results without it reads stale memory, as on a GPU;
+    - while a stream is captured (ThreadLocal or Global mode), calls that are unsafe during
+      capture (cudaMalloc, cudaMallocHost, cudaFree, cudaHostRegister, synchronous cudaMemcpy,
+      cudaStreamSynchronize) fail with cudaErrorStreamCaptureUnsupported and invalidate it;
+    - cudaHostRegister refuses a range that overlaps a registered one; cudaHostUnregister an
+      address that is not the start of a registration.
+    """
 
     cudaError_t = cudaError_t
     cudaMemcpyKind = cudaMemcpyKind
     cudaStreamCaptureMode = cudaStreamCaptureMode
+    cudaStream_t = cudaStream_t
+    cudaDeviceProp = cudaDeviceProp
     cudaStreamNonBlocking = 1
     cudaHostRegisterDefault = 0
 
-    def __init__(self, gpus: tuple[str, ...] = ("NVIDIA Fake GPU",), *, no_driver: str = "") -> None:
+    def __init__(
+        self,
+        gpus: tuple[str, ...] = ("NVIDIA Fake GPU",),
+        *,
+        no_driver: str = "",
+        driver_version: int = 12040,
+        runtime_version: int = 12090,
+        memory: int = 16 << 30,
+    ) -> None:
         super().__init__("cuda.bindings.runtime")
         self.gpus = gpus
-        self.no_driver = no_driver  # "raise" (cuda-python 13) or "return" (older): no libcuda
+        self.no_driver = no_driver  # "return" (real): every call fails; "raise": defensive variant
+        self.driver_version = driver_version
+        self.runtime_version = runtime_version
+        self.total_memory = memory
         self.calls: list[tuple[Any, ...]] = []
         self.fail: dict[str, cudaError_t] = {}  # function name -> error it returns
         self.memory: dict[int, Any] = {}  # ptr -> ctypes buffer ("device" and pinned host memory)
         self.pinned: dict[int, int] = {}  # host ptr -> size (cudaHostRegister)
         self.host_allocations: set[int] = set()
         self.current_device = 0
-        self.capturing: dict[int, list[Callable[[], None]]] = {}
+        self.streams: dict[int, list[Callable[[], None]]] = {}  # handle -> work not yet run
+        self.capturing: dict[int, _Capture] = {}
         self.graphs: dict[int, list[Callable[[], None]]] = {}
+        self.graph_execs: dict[int, int] = {}  # exec handle -> graph handle
         self._next_handle = 1
 
     # helpers for the fake engine and the tests
 
     def _record(self, name: str, *args: Any) -> cudaError_t:
         self.calls.append((name, *args))
+        if self.no_driver == "raise":
+            raise RuntimeError("Failed to dlopen libcuda.so.1")
+        if self.no_driver:
+            return cudaError_t.cudaErrorInsufficientDriver
         return self.fail.get(name, OK)
 
-    def enqueue(self, stream: int, work: Callable[[], None]) -> None:
-        """Run `work` now, or record it when `stream` is being captured."""
-        if int(stream) in self.capturing:
-            self.capturing[int(stream)].append(work)
-        else:
-            work()
+    def _unsafe(self, name: str, *args: Any) -> cudaError_t:
+        """`_record` for a call that is unsafe during a stream capture."""
+        err = self._record(name, *args)
+        if err:
+            return err
+        me = threading.get_ident()
+        for capture in self.capturing.values():
+            relaxed = capture.mode == cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed
+            local = capture.mode == cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+            if relaxed or (local and capture.thread != me):
+                continue
+            capture.invalidated = True
+            return cudaError_t.cudaErrorStreamCaptureUnsupported
+        return OK
+
+    def enqueue(self, stream: Any, work: Callable[[], None]) -> cudaError_t:
+        """Queue `work` on `stream` (run at its synchronize), or record it while it is captured."""
+        handle = int(stream)
+        capture = self.capturing.get(handle)
+        if capture is not None:
+            capture.work.append(work)
+            return OK
+        if handle not in self.streams:
+            return cudaError_t.cudaErrorInvalidResourceHandle
+        self.streams[handle].append(work)
+        return OK
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
@@ -114,124 +187,209 @@ class FakeCudaRuntime(ModuleType):
         self.memory[ptr] = buffer
         return ptr
 
+    def _run(self, handle: int) -> None:
+        work, self.streams[handle] = self.streams[handle], []
+        for item in work:
+            item()
+
     # devices
 
-    def cudaGetDeviceCount(self) -> tuple[cudaError_t, int]:
-        if self.no_driver == "raise":
-            raise RuntimeError("Failed to dlopen libcuda.so.1")
-        if self.no_driver:
-            return cudaError_t.cudaErrorInsufficientDriver, 0
+    def cudaGetDeviceCount(self) -> tuple[cudaError_t, int | None]:
+        err = self._record("cudaGetDeviceCount")
+        if err:
+            return err, None
         if not self.gpus:
-            return cudaError_t.cudaErrorNoDevice, 0
-        return self._record("cudaGetDeviceCount"), len(self.gpus)
+            return cudaError_t.cudaErrorNoDevice, None
+        return OK, len(self.gpus)
 
     def cudaGetDeviceProperties(self, device: int) -> tuple[cudaError_t, cudaDeviceProp | None]:
+        err = self._record("cudaGetDeviceProperties", device)
+        if err:
+            return err, None
         if not 0 <= device < len(self.gpus):
             return cudaError_t.cudaErrorInvalidDevice, None
-        return self._record("cudaGetDeviceProperties", device), cudaDeviceProp(self.gpus[device])
+        return OK, cudaDeviceProp(self.gpus[device])
 
     def cudaSetDevice(self, device: int) -> tuple[cudaError_t]:
+        err = self._record("cudaSetDevice", device)
+        if err:
+            return (err,)
         if not 0 <= device < len(self.gpus):
             return (cudaError_t.cudaErrorInvalidDevice,)
         self.current_device = device
-        return (self._record("cudaSetDevice", device),)
+        return (OK,)
 
     def cudaGetErrorName(self, error: cudaError_t) -> tuple[cudaError_t, bytes]:
         return OK, cudaError_t(error).name.encode()
 
+    def cudaDriverGetVersion(self) -> tuple[cudaError_t, int]:
+        # As the real one: success and 0 when there is no driver.
+        return OK, 0 if self.no_driver else self.driver_version
+
+    def cudaRuntimeGetVersion(self) -> tuple[cudaError_t, int]:
+        return OK, self.runtime_version
+
+    def cudaMemGetInfo(self) -> tuple[cudaError_t, int | None, int | None]:
+        err = self._record("cudaMemGetInfo")
+        if err:
+            return err, None, None
+        used = sum(len(b) for p, b in self.memory.items() if p not in self.host_allocations)
+        return OK, self.total_memory - used, self.total_memory
+
     # memory
 
-    def cudaMalloc(self, size: int) -> tuple[cudaError_t, int]:
-        err = self._record("cudaMalloc", size)
-        return (err, 0) if err else (OK, self._alloc(size))
+    def cudaMalloc(self, size: int) -> tuple[cudaError_t, int | None]:
+        err = self._unsafe("cudaMalloc", size)
+        return (err, None) if err else (OK, self._alloc(size))
 
-    def cudaFree(self, ptr: int) -> tuple[cudaError_t]:
-        self.memory.pop(int(ptr), None)
-        return (self._record("cudaFree", ptr),)
+    def cudaFree(self, devPtr: int) -> tuple[cudaError_t]:
+        err = self._unsafe("cudaFree", devPtr)
+        if not err:
+            self.memory.pop(int(devPtr), None)
+        return (err,)
 
-    def cudaMallocHost(self, size: int) -> tuple[cudaError_t, int]:
-        err = self._record("cudaMallocHost", size)
+    def cudaMallocHost(self, size: int) -> tuple[cudaError_t, int | None]:
+        err = self._unsafe("cudaMallocHost", size)
         if err:
-            return err, 0
+            return err, None
         ptr = self._alloc(size)
         self.host_allocations.add(ptr)
         return OK, ptr
 
     def cudaFreeHost(self, ptr: int) -> tuple[cudaError_t]:
-        self.host_allocations.discard(int(ptr))
-        self.memory.pop(int(ptr), None)
-        return (self._record("cudaFreeHost", ptr),)
-
-    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> tuple[cudaError_t]:
-        err = self._record("cudaHostRegister", ptr, size, flags)
+        err = self._unsafe("cudaFreeHost", ptr)
         if not err:
-            if int(ptr) in self.pinned:
-                return (cudaError_t.cudaErrorHostMemoryAlreadyRegistered,)
-            self.pinned[int(ptr)] = int(size)
+            self.host_allocations.discard(int(ptr))
+            self.memory.pop(int(ptr), None)
         return (err,)
 
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> tuple[cudaError_t]:
+        err = self._unsafe("cudaHostRegister", ptr, size, flags)
+        if err:
+            return (err,)
+        start, end = int(ptr), int(ptr) + int(size)
+        for other, length in self.pinned.items():
+            if start < other + length and other < end:
+                return (cudaError_t.cudaErrorHostMemoryAlreadyRegistered,)
+        self.pinned[start] = int(size)
+        return (OK,)
+
     def cudaHostUnregister(self, ptr: int) -> tuple[cudaError_t]:
-        self.pinned.pop(int(ptr), None)
-        return (self._record("cudaHostUnregister", ptr),)
+        err = self._unsafe("cudaHostUnregister", ptr)
+        if err:
+            return (err,)
+        if int(ptr) not in self.pinned:
+            return (cudaError_t.cudaErrorHostMemoryNotRegistered,)
+        del self.pinned[int(ptr)]
+        return (OK,)
 
     def cudaMemcpy(self, dst: int, src: int, count: int, kind: cudaMemcpyKind) -> tuple[cudaError_t]:
-        err = self._record("cudaMemcpy", dst, src, count, kind)
+        err = self._unsafe("cudaMemcpy", dst, src, count, kind)
         if not err:
             ctypes.memmove(dst, src, count)
         return (err,)
 
     def cudaMemcpyAsync(
-        self, dst: int, src: int, count: int, kind: cudaMemcpyKind, stream: cudaStream_t
+        self, dst: int, src: int, count: int, kind: cudaMemcpyKind, stream: Any
     ) -> tuple[cudaError_t]:
         err = self._record("cudaMemcpyAsync", dst, src, count, kind, int(stream))
-        if not err:
-            self.enqueue(int(stream), lambda: ctypes.memmove(dst, src, count))
-        return (err,)
+        if err:
+            return (err,)
+        return (self.enqueue(stream, lambda: ctypes.memmove(dst, src, count)),)
 
     # streams and graphs
 
-    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[cudaError_t, cudaStream_t]:
-        self._next_handle += 1
-        return self._record("cudaStreamCreateWithFlags", flags), cudaStream_t(0x1000 + self._next_handle)
-
-    def cudaStreamSynchronize(self, stream: cudaStream_t) -> tuple[cudaError_t]:
-        return (self._record("cudaStreamSynchronize", int(stream)),)
-
-    def cudaStreamDestroy(self, stream: cudaStream_t) -> tuple[cudaError_t]:
-        return (self._record("cudaStreamDestroy", int(stream)),)
-
-    def cudaStreamBeginCapture(self, stream: cudaStream_t, mode: cudaStreamCaptureMode) -> tuple[cudaError_t]:
-        err = self._record("cudaStreamBeginCapture", int(stream), mode)
-        if not err:
-            self.capturing[int(stream)] = []
-        return (err,)
-
-    def cudaStreamEndCapture(self, stream: cudaStream_t) -> tuple[cudaError_t, int]:
-        work = self.capturing.pop(int(stream), [])
-        err = self._record("cudaStreamEndCapture", int(stream))
+    def cudaStreamCreateWithFlags(self, flags: int) -> tuple[cudaError_t, cudaStream_t | None]:
+        err = self._record("cudaStreamCreateWithFlags", flags)
         if err:
-            return err, 0
+            return err, None
         self._next_handle += 1
-        self.graphs[self._next_handle] = work
+        handle = 0x1000 + self._next_handle
+        self.streams[handle] = []
+        return OK, cudaStream_t(handle)
+
+    def cudaStreamSynchronize(self, stream: Any) -> tuple[cudaError_t]:
+        err = self._record("cudaStreamSynchronize", int(stream))
+        if err:
+            return (err,)
+        capture = self.capturing.get(int(stream))
+        if capture is not None:
+            capture.invalidated = True
+            return (cudaError_t.cudaErrorStreamCaptureUnsupported,)
+        if int(stream) not in self.streams:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        self._run(int(stream))
+        return (OK,)
+
+    def cudaStreamDestroy(self, stream: Any) -> tuple[cudaError_t]:
+        err = self._record("cudaStreamDestroy", int(stream))
+        if err:
+            return (err,)
+        if int(stream) not in self.streams:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        self._run(int(stream))  # work already queued still completes
+        del self.streams[int(stream)]
+        return (OK,)
+
+    def cudaStreamBeginCapture(self, stream: Any, mode: cudaStreamCaptureMode) -> tuple[cudaError_t]:
+        err = self._record("cudaStreamBeginCapture", int(stream), mode)
+        if err:
+            return (err,)
+        if int(stream) not in self.streams:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        if self.streams[int(stream)]:
+            self._run(int(stream))  # a real capture starts after what is queued; model it simply
+        self.capturing[int(stream)] = _Capture(mode)
+        return (OK,)
+
+    def cudaStreamEndCapture(self, stream: Any) -> tuple[cudaError_t, int | None]:
+        capture = self.capturing.get(int(stream))
+        err = self._record("cudaStreamEndCapture", int(stream))
+        if capture is not None and capture.thread != threading.get_ident():
+            return cudaError_t.cudaErrorStreamCaptureWrongThread, None
+        self.capturing.pop(int(stream), None)
+        if err:
+            return err, None
+        if capture is None:
+            return cudaError_t.cudaErrorInvalidValue, None
+        if capture.invalidated:
+            return cudaError_t.cudaErrorStreamCaptureInvalidated, None
+        self._next_handle += 1
+        self.graphs[self._next_handle] = capture.work
         return OK, self._next_handle
 
-    def cudaGraphInstantiate(self, graph: int, flags: int) -> tuple[cudaError_t, int]:
+    def cudaGraphInstantiate(self, graph: int, flags: int) -> tuple[cudaError_t, int | None]:
         err = self._record("cudaGraphInstantiate", graph, flags)
-        return err, (0 if err else 0x100000 + graph)
+        if err:
+            return err, None
+        self._next_handle += 1
+        self.graph_execs[self._next_handle] = int(graph)
+        return OK, self._next_handle
 
-    def cudaGraphLaunch(self, graph_exec: int, stream: cudaStream_t) -> tuple[cudaError_t]:
-        err = self._record("cudaGraphLaunch", graph_exec, int(stream))
+    def cudaGraphLaunch(self, graphExec: int, stream: Any) -> tuple[cudaError_t]:
+        err = self._record("cudaGraphLaunch", graphExec, int(stream))
+        if err:
+            return (err,)
+        graph = self.graph_execs.get(int(graphExec))
+        if graph is None or graph not in self.graphs:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        for work in self.graphs[graph]:
+            status = self.enqueue(stream, work)
+            if status:
+                return (status,)
+        return (OK,)
+
+    def cudaGraphExecDestroy(self, graphExec: int) -> tuple[cudaError_t]:
+        err = self._record("cudaGraphExecDestroy", graphExec)
         if not err:
-            for work in self.graphs[graph_exec - 0x100000]:
-                self.enqueue(int(stream), work)
+            self.graph_execs.pop(int(graphExec), None)
         return (err,)
 
-    def cudaGraphExecDestroy(self, graph_exec: int) -> tuple[cudaError_t]:
-        return (self._record("cudaGraphExecDestroy", graph_exec),)
-
     def cudaGraphDestroy(self, graph: int) -> tuple[cudaError_t]:
-        self.graphs.pop(graph, None)
-        return (self._record("cudaGraphDestroy", graph),)
+        err = self._record("cudaGraphDestroy", graph)
+        if not err:
+            self.graphs.pop(int(graph), None)
+        return (err,)
 
 
 def install_cuda(monkeypatch: pytest.MonkeyPatch, runtime: FakeCudaRuntime, *, legacy: bool = False) -> None:
@@ -283,10 +441,10 @@ _NPTYPES = {
 }
 
 
-def nptype(dtype: DataType) -> type:
-    if dtype not in _NPTYPES:
-        raise TypeError(f"Could not resolve TensorRT datatype to an equivalent numpy datatype. {dtype}")
-    return _NPTYPES[dtype]  # type: ignore[return-value]
+def nptype(trt_type: DataType) -> type:
+    if trt_type not in _NPTYPES:
+        raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
+    return _NPTYPES[trt_type]  # type: ignore[return-value]
 
 
 class TensorIOMode(IntEnum):
@@ -296,8 +454,18 @@ class TensorIOMode(IntEnum):
 
 
 class BuilderFlag(IntEnum):
+    """TensorRT 10's flags (the real values; tests/contract checks them)."""
+
     FP16 = 0
     INT8 = 1
+    BF16 = 17
+
+
+class BuilderFlag11(IntEnum):
+    """TensorRT 11 removed the precision flags: networks are strongly typed."""
+
+    DEBUG = 2
+    TF32 = 6
 
 
 class MemoryPoolType(IntEnum):
@@ -306,6 +474,11 @@ class MemoryPoolType(IntEnum):
 
 class NetworkDefinitionCreationFlag(IntEnum):
     EXPLICIT_BATCH = 0  # deprecated and ignored in TensorRT 10, still defined
+    STRONGLY_TYPED = 1
+
+
+class NetworkDefinitionCreationFlag11(IntEnum):
+    STRONGLY_TYPED = 0  # note: 1 in TensorRT 10
 
 
 class _Severity(IntEnum):
@@ -333,9 +506,38 @@ class Logger(ILogger):
         pass
 
 
+NULL_FACTORY = "pybind11::init(): factory function returned nullptr"
+"""What the real bindings raise (TypeError) when TensorRT cannot create a builder or runtime."""
+
+
+def _tensorrt_logger(logger: ILogger) -> ILogger:
+    """TensorRT keeps the logger of the first builder or runtime of a process and sends every later
+    message there, whatever logger later objects are given; and it cannot start without CUDA."""
+    cuda = FakeTensorRT.cuda
+    if cuda is None or cuda.no_driver or not cuda.gpus:
+        raise TypeError(NULL_FACTORY)
+    if FakeTensorRT.first_logger is None:
+        FakeTensorRT.first_logger = logger
+    return FakeTensorRT.first_logger
+
+
 class IInt8EntropyCalibrator2:
+    """TensorRT 10's calibrator base; framewire's calibrator overrides these four."""
+
     def __init__(self) -> None:
         pass
+
+    def get_batch_size(self) -> int:
+        raise NotImplementedError
+
+    def get_batch(self, names: list[str]) -> list[int] | None:
+        raise NotImplementedError
+
+    def read_calibration_cache(self) -> bytes | None:
+        raise NotImplementedError
+
+    def write_calibration_cache(self, cache: bytes) -> None:
+        raise NotImplementedError
 
 
 class IOptimizationProfile:
@@ -347,44 +549,53 @@ class IOptimizationProfile:
 
 
 class ITimingCache:
+    """Timings of one GPU model: a cache made on another one is refused unless mismatches are
+    ignored, as TensorRT does."""
+
     def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
+        text = bytes(data).decode() if data else ""
+        gpu, _, builds = text.rpartition(":") if text else ("", "", "0")
+        self.gpu = gpu.removeprefix("timing:") if gpu else _current_gpu()
+        self.builds = int(builds or 0)
 
     def serialize(self) -> bytes:
-        return self.data + b"+timings"
+        return f"timing:{self.gpu}:{self.builds}".encode()
+
+
+def _current_gpu() -> str:
+    cuda = FakeTensorRT.cuda
+    return cuda.gpus[cuda.current_device] if cuda is not None and cuda.gpus else ""
 
 
 class IBuilderConfig:
+    """TensorRT 11's builder config (no calibrator, no calibration profile)."""
+
     def __init__(self) -> None:
-        self.flags: set[BuilderFlag] = set()
+        self.flags: set[int] = set()
         self.pool_limits: dict[MemoryPoolType, int] = {}
         self.profiles: list[IOptimizationProfile] = []
-        self.calibration_profile: IOptimizationProfile | None = None
-        self.int8_calibrator: Any = None
         self.timing_cache: ITimingCache | None = None
         self.ignore_mismatch: bool | None = None
 
     def set_memory_pool_limit(self, pool: MemoryPoolType, pool_size: int) -> None:
         self.pool_limits[pool] = pool_size
 
-    def set_flag(self, flag: BuilderFlag) -> None:
-        self.flags.add(flag)
+    def set_flag(self, flag: IntEnum) -> None:
+        self.flags.add(int(flag))
 
-    def get_flag(self, flag: BuilderFlag) -> bool:
-        return flag in self.flags
+    def get_flag(self, flag: IntEnum) -> bool:
+        return int(flag) in self.flags
 
     def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
         self.profiles.append(profile)
         return len(self.profiles) - 1
 
-    def set_calibration_profile(self, profile: IOptimizationProfile) -> bool:
-        self.calibration_profile = profile
-        return True
-
     def create_timing_cache(self, serialized_timing_cache: bytes) -> ITimingCache:
         return ITimingCache(serialized_timing_cache)
 
     def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
+        if cache.gpu != _current_gpu() and not ignore_mismatch:
+            return False  # and the config keeps no timing cache: get_timing_cache() is None
         self.timing_cache, self.ignore_mismatch = cache, ignore_mismatch
         return True
 
@@ -392,10 +603,32 @@ class IBuilderConfig:
         return self.timing_cache
 
 
+class IBuilderConfig10(IBuilderConfig):
+    """TensorRT 10's builder config: implicit quantisation with a calibrator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calibration_profile: IOptimizationProfile | None = None
+        self._calibrator: Any = None
+
+    @property
+    def int8_calibrator(self) -> Any:
+        return self._calibrator
+
+    @int8_calibrator.setter
+    def int8_calibrator(self, calibrator: Any) -> None:
+        self._calibrator = calibrator
+
+    def set_calibration_profile(self, profile: IOptimizationProfile) -> bool:
+        self.calibration_profile = profile
+        return True
+
+
 class INetworkDefinition:
     def __init__(self, flags: int) -> None:
         self.flags = flags
         self.inputs: list[tuple[str, DataType, tuple[int, ...]]] = []
+        self.model: Any = None
 
 
 class _ParserError:
@@ -440,7 +673,19 @@ class OnnxParser:
                 d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim
             )
             self.network.inputs.append((value.name, DataType.FLOAT, dims))
+        self.network.model = proto
         return True
+
+
+def _model_precision(model: Any) -> str:
+    """What a parsed model carries itself: `qdq` (Q/DQ nodes), `fp16` (half weights) or `fp32`."""
+    if model is None:
+        return "fp32"
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        return "qdq"
+    if any(t.data_type == 10 for t in model.graph.initializer):  # TensorProto.FLOAT16
+        return "fp16"
+    return "fp32"
 
 
 class Builder:
@@ -449,13 +694,13 @@ class Builder:
     builds = 0
 
     def __init__(self, logger: ILogger) -> None:
-        self.logger = logger
+        self.logger = _tensorrt_logger(logger)
 
     def create_network(self, flags: int = 0) -> INetworkDefinition:
         return INetworkDefinition(flags)
 
     def create_builder_config(self) -> IBuilderConfig:
-        return IBuilderConfig()
+        return FakeTensorRT.current.IBuilderConfig()  # type: ignore[no-any-return]
 
     def create_optimization_profile(self) -> IOptimizationProfile:
         return IOptimizationProfile()
@@ -464,8 +709,8 @@ class Builder:
         type(self).builds += 1
         profile = config.profiles[0].shapes if config.profiles else {}
         calibration: dict[str, Any] = {}
-        calibrator = config.int8_calibrator
-        if BuilderFlag.INT8 in config.flags and calibrator is not None:
+        calibrator = getattr(config, "int8_calibrator", None)
+        if int(BuilderFlag.INT8) in config.flags and calibrator is not None:
             # As TensorRT does: the cache first; otherwise batches until None, then write the cache.
             cached = calibrator.read_calibration_cache()
             if cached:
@@ -473,6 +718,16 @@ class Builder:
             else:
                 size = calibrator.get_batch_size()
                 names = [name for name, _, _ in network.inputs]
+                shapes = config.calibration_profile.shapes if config.calibration_profile else {}  # type: ignore[attr-defined]
+                for name, _, dims in network.inputs:
+                    shape = shapes.get(name, (dims,))[0]
+                    fixed = [d for d, s in zip(dims, shape) if d >= 0 and d != s]
+                    if len(shape) != len(dims) or fixed:
+                        self.logger.log(
+                            _Severity.ERROR,
+                            f"calibration profile {list(shape)} does not fit input {name} {list(dims)}",
+                        )
+                        return None
                 batches = 0
                 while calibrator.get_batch(names) is not None:
                     batches += 1
@@ -486,10 +741,16 @@ class Builder:
             inputs.append(
                 {"name": name, "dtype": int(dtype), "shape": list(dims), "profile": profile.get(name)}
             )
+        cache = config.get_timing_cache()
+        if cache is not None:
+            cache.builds += 1
+        strongly_typed = FakeTensorRT.current.NetworkDefinitionCreationFlag.STRONGLY_TYPED
         plan = {
             "fake_trt_plan": 1,
             "inputs": inputs,
-            "flags": sorted(int(f) for f in config.flags),
+            "flags": sorted(config.flags),
+            "strongly_typed": bool(network.flags & (1 << int(strongly_typed))),
+            "model": _model_precision(network.model),
             "workspace": config.pool_limits.get(MemoryPoolType.WORKSPACE),
             "calibration": calibration,
         }
@@ -587,13 +848,14 @@ class IExecutionContext:
             y[...] = 2 * x + 1
             s[...] = x.reshape(shape[0], -1).sum(axis=1)
 
-        FakeTensorRT.cuda.enqueue(stream_handle, run)
-        return True
+        assert FakeTensorRT.cuda is not None
+        # Work on a stream that is neither the worker's nor being captured fails, as in CUDA.
+        return not FakeTensorRT.cuda.enqueue(stream_handle, run)
 
 
 class Runtime:
     def __init__(self, logger: ILogger) -> None:
-        self.logger = logger
+        self.logger = _tensorrt_logger(logger)
 
     def deserialize_cuda_engine(self, serialized_engine: bytes) -> ICudaEngine | None:
         try:
@@ -609,32 +871,46 @@ class Runtime:
 
 
 class FakeTensorRT(ModuleType):
-    """The `tensorrt` module."""
+    """The `tensorrt` module of one major version: 10 (builder precision flags, calibrators) or 11
+    (strongly typed networks only: no FP16/INT8 flags, no calibrator, no calibration profile,
+    STRONGLY_TYPED renumbered)."""
 
-    cuda: FakeCudaRuntime  # where the fake engine's work goes (set by the fixture)
+    cuda: FakeCudaRuntime | None = None  # where the fake engine's work goes (set by the fixture)
+    first_logger: ILogger | None = None
+    current: FakeTensorRT
 
-    def __init__(self) -> None:
+    def __init__(self, version: str = "10.16.1.11") -> None:
         super().__init__("tensorrt")
-        self.__version__ = "10.3.0"
-        for value in (
+        self.__version__ = version
+        major = int(version.split(".")[0])
+        common: list[Any] = [
             DataType,
             TensorIOMode,
-            BuilderFlag,
             MemoryPoolType,
-            NetworkDefinitionCreationFlag,
             ILogger,
             Logger,
-            IInt8EntropyCalibrator2,
             IOptimizationProfile,
-            IBuilderConfig,
+            ITimingCache,
+            INetworkDefinition,
             OnnxParser,
             Builder,
             Runtime,
             ICudaEngine,
             IExecutionContext,
-        ):
+        ]
+        for value in common:
             setattr(self, value.__name__, value)
+        if major >= 11:
+            self.BuilderFlag = BuilderFlag11
+            self.NetworkDefinitionCreationFlag = NetworkDefinitionCreationFlag11
+            self.IBuilderConfig = IBuilderConfig
+        else:
+            self.BuilderFlag = BuilderFlag
+            self.NetworkDefinitionCreationFlag = NetworkDefinitionCreationFlag
+            self.IBuilderConfig = IBuilderConfig10
+            self.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
         self.nptype = nptype
+        FakeTensorRT.current = self
 
 
 @pytest.fixture
@@ -653,7 +929,23 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudaRuntime]:
 @pytest.fixture
 def fake_trt(monkeypatch: pytest.MonkeyPatch, fake_cuda: FakeCudaRuntime) -> FakeTensorRT:
     """tensorrt 10 (fake) on top of `fake_cuda`."""
-    module = FakeTensorRT()
+    return install_trt(monkeypatch, "10.16.1.11")
+
+
+@pytest.fixture
+def fake_trt11(monkeypatch: pytest.MonkeyPatch, fake_cuda: FakeCudaRuntime) -> FakeTensorRT:
+    """tensorrt 11 (fake) on top of `fake_cuda`."""
+    return install_trt(monkeypatch, "11.4.0.106")
+
+
+def install_trt(monkeypatch: pytest.MonkeyPatch, version: str) -> FakeTensorRT:
+    """A fresh fake tensorrt `version` as `import tensorrt`; a new process as far as TensorRT's
+    first logger goes."""
+    from engines import trt_build
+
+    module = FakeTensorRT(version)
     Builder.builds = 0
+    FakeTensorRT.first_logger = None
+    monkeypatch.setattr(trt_build, "_LOGGER", None)
     monkeypatch.setitem(sys.modules, "tensorrt", module)
     return module

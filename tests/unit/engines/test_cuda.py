@@ -96,6 +96,7 @@ def test_pinned_and_device_buffers_copy_both_ways_and_free(fake_cuda: FakeCudaRu
     values = host.view(np.float32, (2, 3))
     values[...] = np.arange(6, dtype=np.float32).reshape(2, 3)
     cuda.memcpy_htod_async(device.ptr, host.ptr, 24, stream)
+    stream.synchronize()  # the copy runs on the stream: the host buffer may change only after it
     values[...] = 0
     cuda.memcpy_dtoh_async(host.ptr, device.ptr, 24, stream)
     stream.synchronize()
@@ -139,6 +140,8 @@ def test_a_graph_replays_what_was_captured(fake_cuda: FakeCudaRuntime) -> None:
     assert ran == []  # captured, not run
     graph.launch(stream)
     graph.launch(stream)
+    assert ran == []  # launched on the stream: done only once the stream is synchronised
+    stream.synchronize()
     assert ran == [1, 1]
     graph.close()
     assert "cudaGraphExecDestroy" in fake_cuda.names() and "cudaGraphDestroy" in fake_cuda.names()
@@ -154,3 +157,33 @@ def test_a_failed_capture_ends_the_capture(fake_cuda: FakeCudaRuntime) -> None:
         cuda.Graph(stream, broken)
     assert fake_cuda.capturing == {}
     assert fake_cuda.names()[-1] == "cudaStreamEndCapture"
+
+
+def test_a_graph_that_cannot_be_instantiated_is_freed(fake_cuda: FakeCudaRuntime) -> None:
+    stream = cuda.Stream()
+    fake_cuda.fail["cudaGraphInstantiate"] = cudaError_t.cudaErrorMemoryAllocation
+    with pytest.raises(EngineError, match="cudaGraphInstantiate failed: cudaErrorMemoryAllocation"):
+        cuda.Graph(stream, lambda: fake_cuda.enqueue(int(stream), lambda: None))
+    assert fake_cuda.graphs == {}  # the captured graph was destroyed, not leaked
+    assert fake_cuda.names()[-1] == "cudaGraphDestroy"
+
+
+def test_unsafe_calls_during_a_capture_fail_and_invalidate_it(fake_cuda: FakeCudaRuntime) -> None:
+    stream = cuda.Stream()
+
+    def allocates() -> None:
+        cuda.DeviceBuffer(16)  # cudaMalloc may synchronise: not allowed while capturing
+
+    with pytest.raises(EngineError, match="cudaMalloc failed: cudaErrorStreamCaptureUnsupported"):
+        cuda.Graph(stream, allocates)
+    assert fake_cuda.capturing == {}
+    stream.synchronize()  # the stream is usable again
+
+
+def test_versions_without_a_driver_and_with_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    install_cuda(monkeypatch, FakeCudaRuntime(no_driver="return"))
+    assert cuda.versions() == {"driver": None, "runtime": 12090}
+    install_cuda(monkeypatch, FakeCudaRuntime(driver_version=13000))
+    assert cuda.versions() == {"driver": 13000, "runtime": 12090}
+    assert cuda.version_text(12090) == "12.9" and cuda.version_text(None) == "unknown"
+    assert cuda.memory_info(0) == (16 << 30, 16 << 30)

@@ -104,21 +104,100 @@ def gpu_build(monkeypatch: pytest.MonkeyPatch) -> type[FakeSession]:
 
 
 def test_provider_options_for_each_precision(tmp_path: Path) -> None:
-    assert provider_options(CUDA, device_id=3, precision="fp16", cache_dir=tmp_path) == {"device_id": 3}
+    assert provider_options(CUDA, device_id=3, precision="fp16", cache_dir=tmp_path) == {
+        "device_id": 3,
+        "cudnn_conv_algo_search": "EXHAUSTIVE",
+    }
     assert provider_options(CPU, device_id=0, precision="fp32", cache_dir=tmp_path) == {}
-    engines = str(tmp_path / "ort-tensorrt")
+    root = str(tmp_path / "ort-tensorrt")
     base = {
         "device_id": 1,
         "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": engines,
+        "trt_engine_cache_path": str(tmp_path / "ort-tensorrt" / "abc"),
         "trt_timing_cache_enable": True,
-        "trt_timing_cache_path": engines,
+        "trt_timing_cache_path": root,
     }
     for precision, fp16, int8 in (("fp32", False, False), ("fp16", True, False), ("int8", True, True)):
-        options = provider_options(TRT, device_id=1, precision=precision, cache_dir=tmp_path)
+        options = provider_options(TRT, device_id=1, precision=precision, cache_dir=tmp_path, model_key="abc")
         assert options == {**base, "trt_fp16_enable": fp16, "trt_int8_enable": int8}
     with pytest.raises(ConfigError, match="engine.precision"):
         provider_options(TRT, device_id=0, precision="bf16", cache_dir=tmp_path)
+
+
+def test_cuda_options_for_several_processes_on_one_gpu(tmp_path: Path) -> None:
+    options = provider_options(
+        CUDA, device_id=0, precision="fp32", cache_dir=tmp_path, gpu_mem_limit=3 << 30,
+        cudnn_conv_algo_search="heuristic",
+    )
+    assert options == {
+        "device_id": 0,
+        "cudnn_conv_algo_search": "HEURISTIC",
+        "gpu_mem_limit": 3 << 30,
+        "arena_extend_strategy": "kSameAsRequested",
+    }
+    with pytest.raises(ConfigError, match="cudnn_conv_algo_search"):
+        provider_options(CUDA, device_id=0, precision="fp32", cache_dir=tmp_path, cudnn_conv_algo_search="fast")
+
+
+def test_tensorrt_provider_profile_shapes(tmp_path: Path) -> None:
+    from engines.trt_build import ProfileShape
+
+    profile = (
+        ProfileShape("input", (1, 3, 160, 192), (4, 3, 288, 640), (8, 3, 288, 640)),
+        ProfileShape("scale", (1, 1), (4, 1), (8, 1)),
+    )
+    options = provider_options(TRT, device_id=0, precision="fp16", cache_dir=tmp_path, profile=profile)
+    assert options["trt_profile_min_shapes"] == "input:1x3x160x192,scale:1x1"
+    assert options["trt_profile_opt_shapes"] == "input:4x3x288x640,scale:4x1"
+    assert options["trt_profile_max_shapes"] == "input:8x3x288x640,scale:8x1"
+
+
+def test_tensorrt_engines_are_cached_per_model_weights_not_per_topology(
+    gpu_build: type[FakeSession], conv_model: Path, tmp_path: Path
+) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    retrained = tmp_path / "retrained.onnx"
+    model = onnx.load(str(conv_model))
+    weights = numpy_helper.to_array(model.graph.initializer[0]) + 1
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weights, model.graph.initializer[0].name))
+    onnx.save(model, str(retrained))
+    gpu_build.runs_on = [TRT, CUDA, CPU]
+    paths = []
+    for path, precision in ((conv_model, "fp16"), (retrained, "fp16"), (conv_model, "fp16"), (conv_model, "fp32")):
+        OnnxRuntimeEngine(str(path), providers=("tensorrt", "cuda", "cpu"), precision=precision, cache_dir=str(tmp_path))
+        paths.append(gpu_build.created[-1]["providers"][0][1]["trt_engine_cache_path"])
+    # Same topology, other weights: another folder; the same model again: the same folder.
+    assert paths[0] != paths[1] and paths[0] == paths[2] and paths[0] != paths[3]
+    timing = {created["providers"][0][1]["trt_timing_cache_path"] for created in gpu_build.created}
+    assert timing == {str(tmp_path / "ort-tensorrt")}
+
+
+def test_registry_passes_the_profile_and_the_memory_limit(
+    gpu_build: type[FakeSession], conv_model: Path, tmp_path: Path, fake_cuda: Any
+) -> None:
+    from engines.registry import OpenOptions, open_engine
+    from pipeline.config import EngineConfig
+
+    config = EngineConfig(
+        backend="onnxruntime",
+        providers=("tensorrt", "cuda", "cpu"),
+        processes_per_device=4,
+        max_batch=4,
+        cache_dir=str(tmp_path),
+    )
+    gpu_build.runs_on = [TRT, CUDA, CPU]
+    options = OpenOptions(device=0, input_shapes=lambda: {"x": [(1, 3, 8, 8)]})
+    open_engine(config, str(conv_model), {"x": (0,)}, options)
+    trt_options, cuda_options = (p[1] for p in gpu_build.created[-1]["providers"][:2])
+    assert trt_options["trt_profile_max_shapes"] == "x:4x3x8x8"
+    assert cuda_options["cudnn_conv_algo_search"] == "HEURISTIC"
+    assert cuda_options["gpu_mem_limit"] == int((16 << 30) * 0.9) // 4  # the fake GPU has 16 GiB
+    alone = config.model_copy(update={"processes_per_device": 1, "gpu_mem_limit_mb": None})
+    open_engine(alone, str(conv_model), {"x": (0,)}, options)
+    cuda_alone = gpu_build.created[-1]["providers"][1][1]
+    assert cuda_alone == {"device_id": 0, "cudnn_conv_algo_search": "EXHAUSTIVE"}
 
 
 def test_providers_go_to_the_session_in_config_order_with_options(
@@ -136,7 +215,7 @@ def test_providers_go_to_the_session_in_config_order_with_options(
     names = [p[0] if isinstance(p, tuple) else p for p in created["providers"]]
     assert names == [TRT, CUDA, CPU]
     assert created["providers"][0][1]["trt_fp16_enable"] is True
-    assert created["providers"][1] == (CUDA, {"device_id": 2})
+    assert created["providers"][1] == (CUDA, {"device_id": 2, "cudnn_conv_algo_search": "EXHAUSTIVE"})
     assert engine.provider == TRT
     assert (tmp_path).is_dir()
 

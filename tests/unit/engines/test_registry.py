@@ -137,7 +137,7 @@ def test_detect_machine_survives_cuda_python_raising_without_a_driver(
 
 def test_detect_machine_finds_tensorrt_and_the_gpu(fake_trt: FakeTensorRT) -> None:
     machine = detect_machine()
-    assert (machine.tensorrt, machine.gpus, machine.no_gpu) == ("10.3.0", 1, "")
+    assert (machine.tensorrt, machine.gpus, machine.no_gpu) == ("10.16.1.11", 1, "")
     assert choose_backend(EngineConfig()).backend is Backend.TENSORRT
 
 
@@ -201,3 +201,28 @@ def test_engine_config_gpu_keys_are_validated() -> None:
     for override, message in bad.items():
         with pytest.raises(ConfigError, match=message):
             load_config(default, [override])
+
+
+@pytest.mark.parametrize(
+    ("machine", "level"),
+    [
+        (Machine("10.16.1.11", 0, NO_DRIVER, GPU_BUILD), logging.WARNING),  # the gpu extra, no GPU
+        (Machine(None, 0, NO_DRIVER, GPU_BUILD), logging.WARNING),  # onnxruntime-gpu alone
+        (Machine(None, 0, NO_DRIVER, CPU_BUILD), logging.INFO),  # the cpu extra: nothing unexpected
+        (Machine("10.16.1.11", 1, "", GPU_BUILD), logging.INFO),
+    ],
+    ids=["gpu-extra-no-gpu", "ort-gpu-no-gpu", "cpu-extra", "gpu"],
+)
+def test_a_gpu_install_without_a_usable_gpu_says_so_once_as_a_warning(
+    machine: Machine, level: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_logged", set())
+    with caplog.at_level(logging.DEBUG, logger="engines.registry"):
+        choose_backend(EngineConfig(), machine)
+        choose_backend(EngineConfig(), machine)
+    assert [r.levelno for r in caplog.records] == [level]
+    monkeypatch.setattr(registry, "_logged", set())
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="engines.registry"):
+        choose_backend(EngineConfig(), machine, quiet=True)  # an infer worker
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +13,7 @@ import pytest
 
 from engines.tensorrt import TensorRTEngine
 from pipeline.errors import EngineError
+from pipeline.framepool import FramePool, PoolLayout
 from pipeline.tensors import TensorSpec
 from tests.unit.engines.gpu_fakes import (
     FakeCudaRuntime,
@@ -203,30 +204,128 @@ def test_a_failed_capture_falls_back_to_plain_launches(
     engine.close()
 
 
-def test_the_frame_pool_is_registered_as_pinned_memory_and_copied_from_directly(
+def _pool(name: str, slots: int = 4) -> FramePool:
+    """A real frame pool in /dev/shm whose "input" region holds one [1, 3, 16, 16] float frame."""
+    layout = PoolLayout.plan(f"framewire-test-{os.getpid()}-{name}", slots, {"input": ((1, 3, 16, 16), "float32")})
+    return FramePool.create(layout)
+
+
+def test_a_frame_pool_is_pinned_when_added_and_copied_from_directly(
     dynamic_engine: Path, fake_cuda: FakeCudaRuntime
 ) -> None:
-    slot_bytes = 3 * 16 * 16 * 4
-    slots = 512  # pools under 1 MiB are not worth registering
-    mapping = mmap.mmap(-1, slots * slot_bytes)
-    pool = np.frombuffer(mapping, dtype=np.uint8)  # as pipeline.framepool maps /dev/shm
+    pool = _pool("a")
     engine = TensorRTEngine(dynamic_engine)
-    view = pool[slot_bytes : 2 * slot_bytes].view(np.float32).reshape(1, 3, 16, 16)
+    assert engine.pin_pool(pool) is True
+    # Registered at once, before any frame: no frame pays for it.
+    assert fake_cuda.pinned == {pool.memory.ctypes.data: pool.layout.total_bytes}
+    view = pool.view(1, "input")
     view[...] = _x(1)
     out = engine.infer({"x": view})
     np.testing.assert_allclose(out["y"], 2 * view + 1, rtol=1e-6)
-    assert fake_cuda.pinned == {pool.ctypes.data: slots * slot_bytes}
     h2d = [c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync"][0]
     assert h2d[2] == view.ctypes.data  # straight from the pool, no staging copy
-    engine.infer({"x": pool[:slot_bytes].view(np.float32).reshape(1, 3, 16, 16)})
-    assert [c[0] for c in fake_cuda.calls].count("cudaHostRegister") == 1  # once per pool
+    assert engine.pin_pool(pool) is True  # again: nothing more
+    assert fake_cuda.names().count("cudaHostRegister") == 1
     engine.infer({"x": _x(1)})  # an ordinary array goes through the pinned staging buffer
     staged = [c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync"][-3]  # H2D, then D2H y and s
     assert staged[2] in fake_cuda.host_allocations
-    engine.close()
+    del view, out
+    engine.unpin_pool(pool)
     assert fake_cuda.pinned == {}
-    del view, pool, out
-    mapping.close()
+    pool.close()
+    # Unregistered first, the engine holds no view: the mapping really closes (before, a
+    # registration kept the array alive and close() swallowed a BufferError).
+    assert pool._mmap.closed  # type: ignore[attr-defined]
+    engine.close()
+
+
+def test_every_pool_is_pinned_not_only_the_first_eight(dynamic_engine: Path, fake_cuda: FakeCudaRuntime) -> None:
+    pools = [_pool(f"n{i}") for i in range(10)]
+    engine = TensorRTEngine(dynamic_engine)
+    try:
+        assert all(engine.pin_pool(pool) for pool in pools)
+        assert len(fake_cuda.pinned) == 10
+        last = pools[-1].view(0, "input")
+        engine.infer({"x": last})
+        h2d = [c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync"][0]
+        assert h2d[2] == last.ctypes.data
+        del last
+    finally:
+        engine.close()  # unregisters what is left
+        assert fake_cuda.pinned == {}
+        for pool in pools:
+            pool.close()
+            assert pool._mmap.closed  # type: ignore[attr-defined]
+
+
+def test_a_pool_that_cannot_be_pinned_is_one_warning_and_staging_copies(
+    dynamic_engine: Path, fake_cuda: FakeCudaRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    pool = _pool("refused")
+    engine = TensorRTEngine(dynamic_engine)
+    fake_cuda.fail["cudaHostRegister"] = cudaError_t.cudaErrorMemoryAllocation
+    with caplog.at_level(logging.WARNING, logger="engines.tensorrt"):
+        assert engine.pin_pool(pool) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f"frame pool {pool.layout.name} (0 MiB) not registered as pinned memory (CUDA cudaHostRegister "
+        "failed: cudaErrorMemoryAllocation); its frames are copied through the staging buffer"
+    ]
+    view = pool.view(0, "input")
+    view[...] = _x(1)
+    np.testing.assert_allclose(engine.infer({"x": view})["y"], 2 * view + 1, rtol=1e-6)
+    staged = [c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync"][0]
+    assert staged[2] in fake_cuda.host_allocations
+    del view
+    engine.unpin_pool(pool)  # harmless for a pool that was never pinned
+    engine.close()
+    pool.close()
+
+
+def test_overlapping_registrations_are_refused_by_cuda(fake_cuda: FakeCudaRuntime) -> None:
+    from engines import cuda
+
+    pool = _pool("overlap")
+    whole = cuda.HostRegistration(pool.memory)
+    with pytest.raises(EngineError, match="cudaErrorHostMemoryAlreadyRegistered"):
+        cuda.HostRegistration(pool.memory[4096:])
+    whole.close()
+    pool.close()
+
+
+def test_max_batch_is_the_profiles_largest_batch(fake_trt: FakeTensorRT, tmp_path: Path) -> None:
+    dynamic = TensorRTEngine(_plan(tmp_path, [-1, 3, 8, 8], [[1, 3, 8, 8], [2, 3, 8, 8], [6, 3, 8, 8]]))
+    assert dynamic.max_batch == 6
+    dynamic.close()
+    fixed = TensorRTEngine(_plan(tmp_path, [1, 3, 8, 8], None))
+    assert fixed.max_batch == 1
+    fixed.close()
+
+
+def test_no_usable_cuda_is_one_engine_error_not_a_pybind_type_error(
+    fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, dynamic_engine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engines import cuda
+
+    monkeypatch.setattr(cuda, "require_device", lambda device: "NVIDIA Fake GPU")
+    monkeypatch.setattr(cuda, "set_device", lambda device: None)
+    fake_cuda.gpus = ()  # TensorRT's createInferRuntime returns NULL: the bindings raise TypeError
+    with pytest.raises(EngineError) as info:
+        TensorRTEngine(dynamic_engine)
+    assert str(info.value) == (
+        "TensorRT cannot create a runtime on GPU 0 (CUDA driver or GPU unusable?): "
+        "pybind11::init(): factory function returned nullptr"
+    )
+
+
+def test_one_tensorrt_logger_per_process_so_errors_are_heard(fake_trt: FakeTensorRT, tmp_path: Path) -> None:
+    good = TensorRTEngine(_plan(tmp_path, [1, 3, 8, 8], None))
+    bad = tmp_path / "bad.engine"
+    bad.write_bytes(b"junk")
+    # TensorRT sends the second engine's error to the first logger it was given; with one logger
+    # per process that is the one the message is read from.
+    with pytest.raises(EngineError, match="Magic tag does not match"):
+        TensorRTEngine(bad)
+    good.close()
 
 
 def test_a_corrupt_engine_file_is_a_one_line_error(fake_trt: FakeTensorRT, tmp_path: Path) -> None:

@@ -256,12 +256,12 @@ def test_builds_once_then_loads_from_the_cache(
         }
     ]
     assert plan["workspace"] == 2048 << 20 and plan["flags"] == []
-    timing = list((tmp_path / "engines").glob("timing-trt10.3.0-NVIDIA_Fake_GPU.cache"))
-    assert len(timing) == 1 and timing[0].read_bytes() == b"+timings"
+    timing = list((tmp_path / "engines").glob("timing-trt10.16.1.11-NVIDIA_Fake_GPU.cache"))
+    assert len(timing) == 1 and timing[0].read_bytes() == b"timing:NVIDIA Fake GPU:1"
     ensure_engine(request, force=True)
     assert Builder.builds == 2
     # The timing cache of the first build is fed to the second one.
-    assert timing[0].read_bytes() == b"+timings+timings"
+    assert timing[0].read_bytes() == b"timing:NVIDIA Fake GPU:2"
 
 
 def test_each_component_gives_its_own_engine_file(
@@ -408,3 +408,183 @@ def test_build_engine_command_builds_the_configs_engine_once(
     assert plan["inputs"][0]["profile"] == [[1, 3, 160, 192]] * 3
     assert main(args) == 0 and Builder.builds == 1
     assert main([*args, "--force"]) == 0 and Builder.builds == 2
+
+
+# --- TensorRT 11, failures TensorRT reports, the timing cache, calibration shapes -----------------
+
+
+def test_tensorrt_11_builds_fp16_from_a_converted_model_with_no_precision_flags(
+    fake_trt11: FakeTensorRT, conv_model: Path, tmp_path: Path
+) -> None:
+    plan = _plan(ensure_engine(_request(conv_model, tmp_path, precision="fp16")))
+    assert plan["flags"] == [] and plan["strongly_typed"] is True
+    assert plan["model"] == "fp16"  # the precision is in the model TensorRT parsed
+    fp32 = _plan(ensure_engine(_request(conv_model, tmp_path)))
+    assert fp32["model"] == "fp32" and fp32["strongly_typed"] is True
+
+
+def test_tensorrt_10_keeps_the_builder_flags(fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path) -> None:
+    plan = _plan(ensure_engine(_request(conv_model, tmp_path, precision="fp16")))
+    assert plan["flags"] == [int(BuilderFlag.FP16)] and plan["model"] == "fp32"
+    assert plan["strongly_typed"] is False
+
+
+def test_tensorrt_11_int8_quantises_on_the_cpu_once_and_builds_the_qdq_model(
+    fake_trt11: FakeTensorRT, conv_model: Path, tmp_path: Path
+) -> None:
+    reads: list[int] = []
+
+    def frames():  # type: ignore[no-untyped-def]
+        reads.append(1)
+        return (np.random.default_rng(i).random((1, 3, 8, 8), dtype=np.float32) for i in range(6))
+
+    request = _request(
+        conv_model, tmp_path, precision="int8", calibration=frames, calibration_id="clip.mp4:1:6:2"
+    )
+    plan = _plan(ensure_engine(request))
+    assert plan["model"] == "qdq" and plan["flags"] == [] and plan["calibration"] == {}
+    (qdq,) = (tmp_path / "engines").glob("calibration-*.onnx")
+    from engines.quantize import quantization_info
+
+    info = quantization_info(qdq)
+    assert info is not None and info["format"] == "QDQ s8s8 symmetric (TensorRT)" and info["frames"] == 6
+    ensure_engine(request, force=True)
+    assert reads == [1]  # the Q/DQ model is reused, not made again
+
+
+def test_tensorrt_11_int8_without_qdq_or_frames_says_what_to_do(
+    fake_trt11: FakeTensorRT, conv_model: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        ensure_engine(_request(conv_model, tmp_path, precision="int8"))
+    assert str(info.value) == (
+        "engine.calibration.video: precision int8 with TensorRT 11 needs a model with Q/DQ nodes "
+        "(quantize --recipe tensorrt) or calibration frames to make one (set engine.calibration.video)"
+    )
+
+
+def _quantised(conv_model: Path, tmp_path: Path, recipe: str) -> Path:
+    from engines.quantize import QuantizeOptions, quantize_model
+
+    out = tmp_path / f"conv-{recipe}.onnx"
+    feeds = ({"x": np.random.default_rng(i).random((1, 3, 8, 8), dtype=np.float32)} for i in range(8))
+    quantize_model(conv_model, out, feeds, options=QuantizeOptions(recipe=recipe, min_channels=0))
+    return out
+
+
+@pytest.mark.parametrize("version", ["10.16.1.11", "11.4.0.106"])
+def test_a_tensorrt_qdq_model_builds_int8_without_calibration(
+    fake_cuda: FakeCudaRuntime, monkeypatch: pytest.MonkeyPatch, conv_model: Path, tmp_path: Path, version: str
+) -> None:
+    from tests.unit.engines.gpu_fakes import install_trt
+
+    install_trt(monkeypatch, version)
+    model = _quantised(conv_model, tmp_path, "tensorrt")
+    plan = _plan(ensure_engine(_request(model, tmp_path, precision="int8")))
+    assert plan["model"] == "qdq" and plan["calibration"] == {}
+    expected = [] if version.startswith("11") else sorted([int(BuilderFlag.FP16), int(BuilderFlag.INT8)])
+    assert plan["flags"] == expected
+
+
+def test_a_cpu_quantised_model_is_refused_by_name(fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path) -> None:
+    model = _quantised(conv_model, tmp_path, "cpu")
+    with pytest.raises(ConfigError, match=r"non-zero zero points .* make it with quantize --recipe tensorrt$"):
+        ensure_engine(_request(model, tmp_path, precision="int8"))
+
+
+def test_a_builder_tensorrt_cannot_create_is_one_engine_error(
+    fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, conv_model: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engines import cuda
+
+    monkeypatch.setattr(cuda, "require_device", lambda device: "NVIDIA Fake GPU")
+    monkeypatch.setattr(cuda, "set_device", lambda device: None)
+    fake_cuda.no_driver = "return"  # CUDA cannot start: createInferBuilder returns NULL
+    with pytest.raises(EngineError) as info:
+        ensure_engine(_request(conv_model, tmp_path))
+    assert str(info.value) == (
+        "TensorRT cannot create a builder (CUDA driver or GPU unusable?): "
+        "pybind11::init(): factory function returned nullptr"
+    )
+
+
+def test_a_timing_cache_from_another_gpu_is_replaced_and_the_engine_still_written(
+    fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "engines"
+    directory.mkdir()
+    timing = directory / "timing-trt10.16.1.11-NVIDIA_Fake_GPU.cache"
+    timing.write_bytes(b"timing:NVIDIA A100:7")  # copied from another machine
+    with caplog.at_level(logging.WARNING, logger="engines.trt_build"):
+        path = ensure_engine(_request(conv_model, tmp_path))
+    assert path.is_file()
+    assert timing.read_bytes() == b"timing:NVIDIA Fake GPU:1"
+    assert f"timing cache {timing} does not fit this GPU or TensorRT; starting a new one" in caplog.text
+    ensure_engine(_request(conv_model, tmp_path))
+    assert Builder.builds == 1  # written, so the next start loads it
+
+
+def test_a_timing_cache_that_cannot_be_saved_does_not_lose_the_engine(
+    fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tests.unit.engines.gpu_fakes import ITimingCache
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise RuntimeError("serialization failed")
+
+    monkeypatch.setattr(ITimingCache, "serialize", broken)
+    with caplog.at_level(logging.WARNING, logger="engines.trt_build"):
+        path = ensure_engine(_request(conv_model, tmp_path))
+    assert path.is_file() and "not written: serialization failed" in caplog.text
+
+
+def test_calibration_batches_fit_a_model_whose_batch_is_fixed(
+    fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path
+) -> None:
+    # max_batch 1: the model keeps its fixed batch of 1, so calibration.batch 3 cannot apply.
+    request = _request(
+        conv_model,
+        tmp_path,
+        precision="int8",
+        max_batch=1,
+        opt_batch=1,
+        calibration=lambda: _frames(7, (1, 3, 8, 8)),
+        calibration_batch=3,
+    )
+    plan = _plan(ensure_engine(request))
+    assert plan["calibration"] == {"batches": 7, "batch_size": 1}
+
+
+def test_build_engine_fp16_on_tensorrt_11(
+    fake_trt11: FakeTensorRT, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from run_pipeline import main
+
+    assert main(["build-engine", "--set", f"engine.cache_dir={tmp_path}", "--precision", "fp16"]) == 0
+    (path,) = tmp_path.glob("face_detection_yunet_2023mar-fp16-*.engine")
+    plan = _plan(path)
+    assert plan["model"] == "fp16" and plan["flags"] == []
+
+
+def test_tensorrt_installed_without_its_libraries_is_not_called_missing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    # What `import tensorrt` raises when tensorrt-cu12-bindings is there but libnvinfer is not.
+    package = tmp_path / "tensorrt"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise ImportError('libnvonnxparser.so.10: cannot open shared object file: No such file or "
+        "directory', name='tensorrt', path='tensorrt_bindings/tensorrt.so')\n"
+    )
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EngineError) as info:
+        trt_build.import_tensorrt()
+    assert str(info.value) == (
+        "engine.backend: tensorrt: the tensorrt package cannot be loaded: libnvonnxparser.so.10: cannot "
+        "open shared object file: No such file or directory"
+    )
