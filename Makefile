@@ -14,8 +14,11 @@ PIP_VERSION := 26.3
 UV_VERSION := 0.13.8
 RUN_LOCK := locks/$(EXTRAS).txt
 TEST_LOCK := locks/$(EXTRAS)-test.txt
-# One lock for every Python from 3.10 and every platform, each file with its hashes.
-LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade)
+# One lock for every Python from 3.10 and every platform, each file with its hashes. TensorRT's
+# libraries are on PyPI only as a stub that fetches the wheel from NVIDIA's index at build time, so a
+# GPU lock resolves against that index too (not tried here: this machine does not reach it).
+LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade) \
+  $(if $(filter gpu%,$(EXTRAS)),--extra-index-url https://pypi.nvidia.com --index-strategy unsafe-best-match)
 
 .PHONY: run test validate doctor clean lock check-deploy
 
