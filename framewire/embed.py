@@ -55,7 +55,11 @@ class Pipeline:
         self.endpoint = f"ipc://{self._dir}/results.sock"
         self.images = images
         self.log_level = log_level
-        self.config = self._config(config, overrides)
+        try:
+            self.config = self._config(config, overrides)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         self.report: Report | None = None
         self._supervisor: Any = None
         self._stops = 0

@@ -119,3 +119,16 @@ def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> No
     assert client.lost > 0
     # The first frame's number starts the count: from it to the end of stream, all are accounted for.
     assert len(frames) + 1 + client.lost == 250 - first.seq + 1  # type: ignore[attr-defined]
+
+
+def test_a_pipeline_with_a_bad_config_says_so_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    from framewire import Pipeline
+    from pipeline.errors import ConfigError
+
+    import tempfile
+
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("framewire-embed-*"))
+    with pytest.raises(ConfigError, match=r"sources\.0\.polcy: unknown key \(did you mean policy\?\)"):
+        Pipeline(ROOT / "configs" / "default.yaml", ["sources.0.polcy=block"])
+    assert set(temp.glob("framewire-embed-*")) <= before
