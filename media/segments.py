@@ -174,11 +174,12 @@ class Recording:
     def _first_index(self) -> int:
         """Go on after the highest index already on disk: a restarted recording never writes over
         its own earlier segments (a template without {index} numbers from 0)."""
-        pattern = paths.pattern(self.template, self.source_id)
-        for stale in glob.glob(pattern + PART):  # a segment killed before its first fragment: nothing to play
-            log.info("video_file output %s: removing what a killed run left", stale)
-            _remove(stale)
-        last = paths.last_index(self.template, self.source_id, glob.glob(pattern))
+        ours = paths.regex(self.template, self.source_id)
+        for stale in glob.glob(paths.pattern(self.template, self.source_id) + PART):
+            if ours.match(stale.removesuffix(PART)):  # killed before its first fragment: nothing to play
+                log.info("video_file output %s: removing what a killed run left", stale)
+                _remove(stale)
+        last = paths.last_index(self.template, self.source_id, paths.matching(self.template, self.source_id))
         return 0 if last is None else last + 1
 
     def _close_current(self) -> None:
@@ -207,7 +208,7 @@ class Recording:
         if not self.retention:
             return []
         files = []
-        for path in glob.glob(paths.pattern(self.template, self.source_id)):
+        for path in paths.matching(self.template, self.source_id):
             try:
                 st = os.stat(path)
             except OSError:

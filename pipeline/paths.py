@@ -75,17 +75,48 @@ def pattern(template: str, source_id: str) -> str:
     return "".join(out)
 
 
+_STRFTIME = {"Y": r"\d{4}", "y": r"\d{2}", "m": r"\d{2}", "d": r"\d{2}", "H": r"\d{2}", "M": r"\d{2}",
+             "S": r"\d{2}", "f": r"\d{6}", "j": r"\d{3}", "s": r"\d+", "%": "%"}
+
+
+def _start_regex(spec: str) -> str:
+    """A regex for `{start:spec}`: digits where the spec has numbers, anything for names (%b, %a)."""
+    out, i, spec = [], 0, spec or "%Y%m%dT%H%M%SZ"
+    while i < len(spec):
+        if spec[i] == "%" and i + 1 < len(spec):
+            out.append(_STRFTIME.get(spec[i + 1], r"[^/]+?"))
+            i += 2
+        else:
+            out.append(re.escape(spec[i]))
+            i += 1
+    return "".join(out)
+
+
+def regex(template: str, source_id: str) -> re.Pattern[str]:
+    """What the template's files for `source_id` look like, field by field: with `{index}` digits and
+    `{start}` its date, so another source whose id starts the same (`cam`, `cam-b`) never matches."""
+    parts: list[str] = []
+    named = False
+    for literal, name, spec, _ in _FORMATTER.parse(template):
+        parts.append(re.escape(literal))
+        if name == "source_id":
+            parts.append(re.escape(source_id))
+        elif name == "index":
+            parts.append(r"\d+" if named else r"(?P<index>\d+)")
+            named = True
+        elif name == "start":
+            parts.append(_start_regex(spec or ""))
+    return re.compile("".join(parts) + r"\Z")
+
+
+def matching(template: str, source_id: str) -> list[str]:
+    """The files on disk the template made for `source_id`."""
+    compiled = regex(template, source_id)
+    return [p for p in glob.glob(pattern(template, source_id)) if compiled.match(p)]
+
+
 def last_index(template: str, source_id: str, paths: list[str]) -> int | None:
     """The highest `{index}` among `paths` made by the template for `source_id`; None without one."""
-    regex = []
-    for literal, name, _, _ in _FORMATTER.parse(template):
-        regex.append(re.escape(literal))
-        if name == "source_id":
-            regex.append(re.escape(source_id))
-        elif name == "index":
-            regex.append(r"(?P<index>\d+)" if "(?P<index>" not in "".join(regex) else r"\d+")
-        elif name is not None:
-            regex.append(".*?")
-    compiled = re.compile("".join(regex) + r"\Z")
+    compiled = regex(template, source_id)
     found = [int(m.group("index")) for p in paths if (m := compiled.match(p)) and "index" in m.groupdict()]
     return max(found) if found else None

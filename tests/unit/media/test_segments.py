@@ -149,6 +149,7 @@ def test_a_restarted_recording_numbers_on_instead_of_writing_over(tmp_path: Path
 )
 def test_retention_deletes_the_oldest_of_this_source(tmp_path: Path, retention: Retention, kept: list[str]) -> None:
     (tmp_path / "other-0.mp4").write_bytes(b"another source's file")
+    (tmp_path / "cam-b-0.mp4").write_bytes(b"a source whose id starts the same")
     for index in range(2):  # from an earlier run, two hours old
         old = tmp_path / f"cam-{index}.mp4"
         old.write_bytes(b"x" * 1000)
@@ -158,7 +159,7 @@ def test_retention_deletes_the_oldest_of_this_source(tmp_path: Path, retention: 
     for i in range(75):
         rec.write(clips.draw_frame(i, 160, 120), i)
     rec.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "other-0.mp4"])  # never another source's
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "cam-b-0.mp4", "other-0.mp4"])  # never another source's
     deleted = [Path(p).name for s in announced for p in s.deleted]
     assert sorted(deleted + kept) == [f"cam-{i}.mp4" for i in range(5)]
 
@@ -187,9 +188,13 @@ def test_path_templates() -> None:
     assert paths.render("out/{source_id}/{start}-{index:04d}.mp4", "cam", 7, start) == "out/cam/20231114T221320Z-0007.mp4"
     assert paths.render("{start:%Y/%m/%d/%H%M%S}.mp4", "cam", 0, start) == "2023/11/14/221320.mp4"
     assert paths.pattern("out/[x]/{source_id}-{index:03d}-{start:%H}.mp4", "c*m") == "out/[[]x]/c[*]m-*-*.mp4"
-    found = ["out/cam-001-x.mp4", "out/cam-012-y.mp4", "out/other-099-z.mp4", "out/cam-abc-q.mp4"]
+    at = "20260102T030405Z"
+    found = [f"out/cam-001-{at}.mp4", f"out/cam-012-{at}.mp4", f"out/other-099-{at}.mp4", f"out/cam-abc-{at}.mp4",
+             "out/cam-077-yesterday.mp4"]  # fmt: skip
     assert paths.last_index("out/{source_id}-{index:03d}-{start}.mp4", "cam", found) == 12
     assert paths.last_index("out/{source_id}.mp4", "cam", ["out/cam.mp4"]) is None
+    ours = paths.regex("out/{source_id}-{start:%Y%m%d-%H%M%S}.mp4", "cam")
+    assert ours.match("out/cam-20260102-030405.mp4") and not ours.match("out/cam-b-20260102-030405.mp4")
     assert paths.check("a/{source_id}{index}{start:%Y}") == {"source_id", "index", "start"}
     for bad in ("{nope}.mp4", "{index.real}.mp4", "{source_id!r}.mp4", "{x.mp4", "{index:%Y}.mp4"):
         with pytest.raises(ValueError):
