@@ -94,18 +94,19 @@ def test_iterator_example_stops_cleanly(tmp_path: Path) -> None:
 
 
 def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> None:
-    """bikes.mp4 with its JPEGs on a pub output, and a subscriber that takes a nap after the first
-    frame: it gets the end of stream, and every frame it missed is counted, none twice."""
+    """Big Buck Bunny paced at its 25 fps with large JPEGs on a pub output, and a subscriber that
+    takes a nap after the first frame while the job goes on: it still gets the end of stream (the job
+    outlasts the nap), and every frame it missed is counted, none twice."""
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     with Client(endpoint, hwm=4) as client:
-        proc = start_cli(*face_job(tmp_path, VIDEOS / "bikes.mp4"), "--set",
-                         f"outputs.2={{kind: zmq, endpoint: '{endpoint}', jpeg: true, hwm: 4}}")  # fmt: skip
+        proc = start_cli(*face_job(tmp_path, VIDEOS / "bigbuckbunny.mp4"), "--set", "sources.0.realtime=true",
+                         "--set", f"outputs.2={{kind: zmq, endpoint: '{endpoint}', jpeg: true, jpeg_quality: 100, hwm: 4}}")  # fmt: skip
         try:
             received: list[object] = []
             first = client.receive(timeout=120)
             assert isinstance(first, FrameRecord)
-            time.sleep(3.0)  # busy elsewhere while the daemon runs on
+            time.sleep(2.5)  # busy elsewhere: about 60 frames of 0.3 MB go out meanwhile
             for message in client.messages(until_eos=True, idle_timeout=60):
                 received.append(message)
             _, err = proc.communicate(timeout=60)
@@ -116,19 +117,7 @@ def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> No
     assert proc.returncode == 0, err
     assert isinstance(received[-1], EndOfStream)
     frames = [first, *received[:-1]]
+    print(f"slow subscriber of the daemon: {len(frames)} frames received, {client.lost} lost, from seq {first.seq}")
     assert client.lost > 0
     # The first frame's number starts the count: from it to the end of stream, all are accounted for.
-    assert len(frames) + 1 + client.lost == 250 - first.seq + 1  # type: ignore[attr-defined]
-
-
-def test_a_pipeline_with_a_bad_config_says_so_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    from framewire import Pipeline
-    from pipeline.errors import ConfigError
-
-    import tempfile
-
-    temp = Path(tempfile.gettempdir())
-    before = set(temp.glob("framewire-embed-*"))
-    with pytest.raises(ConfigError, match=r"sources\.0\.polcy: unknown key \(did you mean policy\?\)"):
-        Pipeline(ROOT / "configs" / "default.yaml", ["sources.0.polcy=block"])
-    assert set(temp.glob("framewire-embed-*")) <= before
+    assert len(frames) + 1 + client.lost == 132 - first.seq + 1  # type: ignore[attr-defined]
