@@ -19,7 +19,7 @@ from pipeline.tensors import Dim, TensorSpec
 if TYPE_CHECKING:
     import onnx
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def load_model_bytes(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]]) -> bytes:
@@ -94,7 +94,7 @@ def _make_dynamic(
 
         rewrite = make_batch_dynamic(model, batch_inputs)
         if not rewrite.ok:
-            logger.info("model %s keeps its fixed batch of 1: %s", path, rewrite.reason)
+            log.info("model %s keeps its fixed batch of 1: %s", path, rewrite.reason)
     if not dynamic_axes:
         return
     del graph.value_info[:]
@@ -115,7 +115,7 @@ def _relax_outputs(model: onnx.ModelProto) -> None:
         result = shape_inference.infer_shapes(probe)
         inferred = {value.name: value for value in result.graph.output}
     except Exception as exc:  # noqa: BLE001 - custom ops and the like: every fixed dim may change
-        logger.debug("shape inference failed (%s); treating all output dims as dynamic", exc)
+        log.debug("shape inference failed (%s); treating all output dims as dynamic", exc)
     for output in model.graph.output:
         tensor_type = output.type.tensor_type
         if not tensor_type.HasField("shape"):
