@@ -29,11 +29,32 @@ from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
 from stages.preprocess import Preprocess
 from stages.tasks import resolve_task
-from stages.tasks.base import Task
+from stages.tasks.base import ModelInfo, Task
 
 
 def build_task(config: Config) -> Task:
-    return resolve_task(config.model.task, config.model.params)
+    """The primary model's task, bound to what its model file says (input size, format, labels)."""
+    task = resolve_task(config.model.task, config.model.params)
+    task.use_model(model_info(config.model.path, "model.path"))
+    return task
+
+
+def model_info(path: str, key: str) -> ModelInfo:
+    """The model file's tensors and metadata (read once per process and file version)."""
+    file = Path(path)
+    try:
+        stat = file.stat()
+    except OSError:
+        raise ConfigError(f"{key}: model file not found: {path}") from None
+    return _model_info(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
+    from engines.onnx_model import read_model
+
+    inputs, outputs, metadata = read_model(path)
+    return ModelInfo(path, inputs, outputs, metadata)
 
 
 def build_composites(config: Config) -> list[Composite]:

@@ -1,4 +1,10 @@
-"""The JSON record of one frame: what JSONL files hold and the header of a ZeroMQ message."""
+"""The JSON record of one frame: what JSONL files hold and the header of a ZeroMQ message.
+
+Version 2 (issue 11): every task that finds objects writes `results.detections` (stages.detections:
+box, score, class_id, label, and landmarks, quad, track_id, predicted, attributes where they apply)
+instead of version 1's `results.faces`; `arrays` describes the binary parts that follow the header
+on the ZeroMQ output (a secondary model's embeddings).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from typing import Any
 
 from pipeline.frame import Frame
 
-RECORD_VERSION = 1
-STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "composite")
+RECORD_VERSION = 2
+STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "track", "secondary", "composite")
 
 
 def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
