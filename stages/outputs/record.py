@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from pipeline.frame import Frame
+from stages.detections import EMBEDDINGS
 
 RECORD_VERSION = 2
 STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "track", "secondary", "composite")
@@ -42,6 +45,12 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
     if frame.error:
         record["error"] = frame.error
     return record
+
+
+def embedding_arrays(frame: Frame) -> list[tuple[str, np.ndarray]]:
+    """The secondary models' embeddings of the frame (`embeddings.<name>`), by name: float32, one row
+    per object whose `attributes.<name>.embedding` holds its row."""
+    return sorted((k, v) for k, v in frame.tensors.items() if k.startswith(EMBEDDINGS))
 
 
 def composited_image(frame: Frame) -> Any:

@@ -77,7 +77,9 @@ def resolve_object_task(task_name: str, params: Mapping[str, Any], key: str) -> 
         validated = cls.Params.model_validate(dict(params))
     except ValidationError as exc:
         raise validation_error(exc, key) from None
-    return cls(validated)
+    task = cls(validated)
+    task.key = key
+    return task
 
 
 def resolve_task(task_name: str, params: Mapping[str, Any]) -> Task:

@@ -87,7 +87,7 @@ def _guess(d1: Dim, d2: Dim, cells: int | None, metadata: Mapping[str, str]) -> 
     known1, known2 = isinstance(d1, int), isinstance(d2, int)
     if known1 and known2:
         assert isinstance(d1, int) and isinstance(d2, int)
-        if cells is not None and d1 == cells and d2 >= 6:
+        if cells is not None and d1 == cells and 6 <= d2 < d1:
             return "yolox", f"{d1} rows = the grid cells at the strides"
         if d2 == 6 and d1 <= _END2END_MAX:
             return "end2end", f"[B, {d1}, 6]: few rows of 6"

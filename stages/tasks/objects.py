@@ -43,6 +43,8 @@ class ObjectTask(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[TaskParams]] = TaskParams
+    key: str = "secondary"
+    """The config key its errors name (`secondary.<index>`, set when it is built)."""
 
     def __init__(self, params: TaskParams) -> None:
         self.params = params

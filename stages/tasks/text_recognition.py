@@ -48,7 +48,6 @@ class TextRecognition(ObjectTask):
 
     name: ClassVar[str] = "text_recognition"
     Params: ClassVar[type[TaskParams]] = TextRecognitionParams
-    key = "secondary"
 
     def __init__(self, params: TaskParams) -> None:
         if not isinstance(params, TextRecognitionParams):
