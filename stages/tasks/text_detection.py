@@ -4,7 +4,7 @@ Preparation and decoding follow PaddleOCR's DB post-processing as the `rapidocr-
 runs it (its reference pipeline): the frame is resized so its short side is at least `limit_side`,
 each side rounded to a multiple of 32 (BGR, (x/255 - 0.5) / 0.5); the map is thresholded, dilated,
 and each region's minimum-area rectangle, if its mean probability reaches `box_threshold`, is grown
-by `area * unclip_ratio / perimeter` on every side. Each box is a detection of the class `text` with
+by `area * unclip_ratio / perimeter` on every side (Clipper's offset, through pyclipper, as PaddleOCR). Each box is a detection of the class `text` with
 its four corners (`quad`), which a text recogniser crops along (stages.tasks.text_recognition).
 """
 
@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import cv2
 import numpy as np
+import pyclipper
 from pydantic import Field
 
 from pipeline.errors import ConfigError
@@ -149,10 +150,10 @@ def db_boxes(
         score = _box_score(probability, points)
         if score < p.box_threshold:
             continue
-        rect = cv2.minAreaRect(points.astype(np.float32))
-        (cx, cy), (w, h), angle = rect
-        grow = w * h * p.unclip_ratio / (2 * (w + h)) if w + h > 0 else 0.0
-        box, short = _mini_box(((cx, cy), (w + 2 * grow, h + 2 * grow), angle))
+        grown = _unclip(points, p.unclip_ratio)
+        if len(grown) < 3:
+            continue
+        box, short = _mini_box(cv2.minAreaRect(grown))
         if short < p.min_size + 2:
             continue
         box[:, 0] = np.clip(np.round(box[:, 0] / map_width * frame_width), 0, frame_width)
@@ -173,6 +174,21 @@ def _mini_box(rect: Any) -> tuple[np.ndarray, float]:
     right = (points[2], points[3]) if points[3][1] > points[2][1] else (points[3], points[2])
     box = np.array([left[0], right[0], right[1], left[1]], dtype=np.float64)
     return box, float(min(rect[1]))
+
+
+def _unclip(box: np.ndarray, ratio: float) -> np.ndarray:
+    """The box grown by area * ratio / perimeter on every side, with rounded corners, as PaddleOCR
+    does it (Clipper's polygon offset on integer coordinates; the reference's own library, so the
+    boxes agree to the pixel)."""
+    x, y = box[:, 0], box[:, 1]
+    area = 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+    perimeter = float(np.linalg.norm(box - np.roll(box, -1, axis=0), axis=1).sum())
+    if perimeter <= 0:
+        return np.zeros((0, 2), dtype=np.float32)
+    offset = pyclipper.PyclipperOffset()
+    offset.AddPath(box.tolist(), pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    grown = offset.Execute(area * ratio / perimeter)
+    return np.asarray(grown[0] if grown else [], dtype=np.float32).reshape(-1, 2)
 
 
 def _box_score(probability: np.ndarray, box: np.ndarray) -> float:

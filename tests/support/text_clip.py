@@ -77,8 +77,14 @@ def text_frames(
 def write_text_clip(path: str | Path, count: int = 100, width: int = 640, height: int = 360, fps: int = 25) -> Path:
     """The frames of `text_frames` as an H.264 MP4 (crf 18: the letters stay sharp)."""
     frames, _ = text_frames(count, width, height)
+    return write_frames(path, frames, fps)
+
+
+def write_frames(path: str | Path, frames: list[np.ndarray], fps: int = 25) -> Path:
+    """BGR frames (of one size, even sides) as an H.264 MP4 at crf 18."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    height, width = frames[0].shape[:2]
     with av.open(str(path), mode="w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=Fraction(fps))
         assert isinstance(stream, av.video.stream.VideoStream)
