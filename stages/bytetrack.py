@@ -126,9 +126,9 @@ class ByteTracker:
         self.updates += 1
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-        high = [self._new(boxes[i], scores[i], i) for i in np.flatnonzero(scores > p.track_threshold)]
+        high = [self._new(boxes[i], scores[i], int(i)) for i in np.flatnonzero(scores > p.track_threshold)]
         low_mask = (scores > p.low_threshold) & (scores < p.track_threshold)
-        low = [self._new(boxes[i], scores[i], i) for i in np.flatnonzero(low_mask)]
+        low = [self._new(boxes[i], scores[i], int(i)) for i in np.flatnonzero(low_mask)]
         unconfirmed = [t for t in self.tracked if not t.activated]
         pool = _join([t for t in self.tracked if t.activated], self.lost)
         self._advance(pool, frame)

@@ -83,7 +83,7 @@ class TrackStage(Stage):
             found = [dict(d) for d in detections.of(result)]
             chosen = [i for i, d in enumerate(found) if self._wanted(d)]
             boxes = detections.boxes([found[i] for i in chosen])
-            scores = [float(found[i].get("score", 1.0)) for i in chosen]
+            scores = np.array([float(found[i].get("score", 1.0)) for i in chosen], dtype=np.float64)
             for index, track_id in tracker.update(frame.seq, boxes, scores).items():
                 record = found[chosen[index]]
                 record["track_id"] = track_id

@@ -30,8 +30,8 @@ FRAME_EMBEDDING = detections.EMBEDDINGS + "frame"
 class ClassificationParams(ImageParams):
     """Keys of `model:` or of a `secondary:` item for `task: classification`."""
 
-    resize: Literal["letterbox", "stretch"] = Field(
-        "stretch", description="stretch (classifiers' usual) or letterbox: how the image fits the input."
+    resize: Literal["letterbox", "stretch", "height"] = Field(
+        "stretch", description="stretch (classifiers' usual), letterbox or height: how the image fits the input."
     )
     labels: FilePath | tuple[str, ...] | None = Field(
         None, description="A labels file (one per line) or a list; default: the model's metadata `names`."
@@ -65,6 +65,8 @@ class Classification(Task, ObjectTask):
         self._labels: tuple[str, ...] | None = None
 
     def use_model(self, info: ModelInfo) -> None:
+        if self.key != "model" and self.params.input_size == "auto":
+            raise ConfigError(f"{self.key}.input_size: auto does not fit crops batched together: give [width, height] or model")
         self.image.bind(info)
         self._output, self._classes = self._find_output(info.outputs)
         labels, source = read_labels(_labels_param(self.params), info.metadata, f"{self.key}.labels")
@@ -135,8 +137,8 @@ class Classification(Task, ObjectTask):
         for start in range(0, len(crops), step):
             chunk = crops[start : start + step]
             height, width = chunk[0].shape[:2]
-            spec = self.image.spec(width, height)
-            feeds = np.empty((len(chunk), *spec.shape[1:]), dtype=np.float32)  # type: ignore[misc]
+            g = self.image.geometry(width, height)
+            feeds = np.empty((len(chunk), 3, g.height, g.width), dtype=np.float32)
             for i, crop in enumerate(chunk):
                 self.image.fill(np.ascontiguousarray(crop), feeds[i])
             out.append(CropBatch(list(range(start, start + len(chunk))), feeds))

@@ -8,6 +8,7 @@ RGB, 1/255), YOLOX (letterbox top-left, pad 114, BGR, 0-255), torchvision classi
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,15 +36,18 @@ class ImageParams(TaskParams):
     )
     max_side: int = Field(640, ge=16, le=8192, description="With input_size 'auto': the longest side.")
     size_multiple: int = Field(32, ge=1, le=256, description="With input_size 'auto': sides are multiples of this.")
-    resize: Literal["letterbox", "stretch"] = Field(
-        "letterbox", description="letterbox: keep the aspect and pad; stretch: resize to the input size."
+    resize: Literal["letterbox", "stretch", "height"] = Field(
+        "letterbox",
+        description="letterbox: keep the aspect and pad; stretch: resize to the input size; height: "
+        "to the input's height keeping the aspect, the width capped at the input's, padded on the "
+        "right (PaddleOCR's text classifier and recogniser).",
     )
     rounding: Literal["round", "floor"] = Field(
         "round",
         description="Letterbox: the scaled frame's size in whole pixels, rounded (Ultralytics) or "
         "floored (YOLOX's own preprocessing).",
     )
-    pad_value: int = Field(114, ge=0, le=255, description="Letterbox padding, in 0-255 pixel units.")
+    pad_value: float = Field(114, ge=0, le=255, description="Padding, in 0-255 pixel units (127.5: 0 after (x/255 - 0.5) / 0.5).")
     pad: Literal["center", "top_left"] = Field(
         "center", description="Where the letterboxed frame sits: centred (Ultralytics) or top-left (YOLOX)."
     )
@@ -149,6 +153,9 @@ class ImageInput:
         width, height = self._size(frame_width, frame_height)
         if self.params.resize == "stretch":
             return Geometry(width, height, width / frame_width, height / frame_height, 0, 0, width, height)
+        if self.params.resize == "height":
+            resized_w = min(width, int(math.ceil(height * frame_width / frame_height)))
+            return Geometry(width, height, resized_w / frame_width, height / frame_height, 0, 0, resized_w, height)
         ratio = min(width / frame_width, height / frame_height)
         whole = round if self.params.rounding == "round" else int
         resized_w = min(width, max(1, whole(frame_width * ratio)))

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import cv2
 import numpy as np
 
 from pipeline.tensors import TensorSpec
@@ -74,7 +75,10 @@ class ObjectTask(ABC):
         return ""
 
     def crop(self, image: np.ndarray, detection: Mapping[str, Any], expand: float) -> np.ndarray | None:
-        """The object's pixels (BGR): its box grown by `expand` on each side, clipped; None if empty."""
+        """The object's pixels (BGR): cut along its `quad` when it has one (a rotated text box),
+        else its box grown by `expand` on each side, clipped; None if empty."""
+        if detection.get("quad") is not None:
+            return quad_crop(image, detection["quad"])
         return axis_crop(image, detection, expand)
 
     @abstractmethod
@@ -84,6 +88,19 @@ class ObjectTask(ABC):
     @abstractmethod
     def decode(self, outputs: Mapping[str, np.ndarray], count: int) -> list[ObjectResult]:
         """One result per crop of a batch of `count`, in its order."""
+
+
+def quad_crop(image: np.ndarray, quad: Any) -> np.ndarray | None:
+    """The quadrilateral (tl, tr, br, bl) warped to an upright rectangle (PaddleOCR's
+    get_rotate_crop_image, without its turn of tall crops)."""
+    points = np.asarray(quad, dtype=np.float32).reshape(4, 2)
+    width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
+    height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
+    if width < 1 or height < 1:
+        return None
+    target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(points, target)
+    return cv2.warpPerspective(image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
 
 
 def axis_crop(image: np.ndarray, detection: Mapping[str, Any], expand: float) -> np.ndarray | None:

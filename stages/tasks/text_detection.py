@@ -138,7 +138,7 @@ def db_boxes(
 ) -> list[tuple[np.ndarray, float]]:
     """Text quads (tl, tr, br, bl, in frame pixels) and their scores, in reading order."""
     map_height, map_width = probability.shape
-    mask = (probability > p.threshold).astype(np.uint8)
+    mask: np.ndarray = (probability > p.threshold).astype(np.uint8)
     if p.dilation:
         mask = cv2.dilate(mask, np.ones((2, 2), dtype=np.uint8))
     contours, _ = cv2.findContours(mask * 255, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
@@ -200,7 +200,7 @@ def _box_score(probability: np.ndarray, box: np.ndarray) -> float:
     ymax = int(np.clip(np.ceil(box[:, 1].max()), 0, height - 1))
     mask = np.zeros((ymax - ymin + 1, xmax - xmin + 1), dtype=np.uint8)
     shifted = box - np.array([xmin, ymin], dtype=np.float64)
-    cv2.fillPoly(mask, shifted.reshape(1, -1, 2).astype(np.int32), 1)
+    cv2.fillPoly(mask, [shifted.reshape(-1, 2).astype(np.int32)], 1)
     return float(cv2.mean(probability[ymin : ymax + 1, xmin : xmax + 1], mask)[0])
 
 

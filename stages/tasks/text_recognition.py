@@ -23,7 +23,7 @@ from pydantic import Field, FilePath
 from pipeline.errors import ConfigError
 from pipeline.tensors import TensorSpec
 from stages.tasks.base import ModelInfo, TaskParams
-from stages.tasks.objects import CropBatch, ObjectResult, ObjectTask, axis_crop
+from stages.tasks.objects import CropBatch, ObjectResult, ObjectTask, axis_crop, quad_crop
 
 
 class TextRecognitionParams(TaskParams):
@@ -102,17 +102,8 @@ class TextRecognition(ObjectTask):
         quad = detection.get("quad")
         if quad is None:
             return axis_crop(image, detection, expand)
-        points = np.asarray(quad, dtype=np.float32).reshape(4, 2)
-        width = int(max(np.linalg.norm(points[0] - points[1]), np.linalg.norm(points[2] - points[3])))
-        height = int(max(np.linalg.norm(points[0] - points[3]), np.linalg.norm(points[1] - points[2])))
-        if width < 1 or height < 1:
-            return None
-        target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
-        matrix = cv2.getPerspectiveTransform(points, target)
-        crop = cv2.warpPerspective(
-            image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC
-        )
-        if crop.shape[0] / crop.shape[1] >= self.params.upright_ratio:
+        crop = quad_crop(image, quad)
+        if crop is not None and crop.shape[0] / crop.shape[1] >= self.params.upright_ratio:
             crop = np.rot90(crop)
         return crop
 

@@ -19,7 +19,7 @@ import yaml
 
 from bench import references as R
 from tests.e2e.helpers import ROOT, VIDEOS, decoded_frames, read_jsonl, run_cli
-from tests.support.text_clip import text_frames, write_frames
+from bench.text_clip import text_frames, write_frames
 
 pytestmark = pytest.mark.timeout(600)
 

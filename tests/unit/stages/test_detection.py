@@ -234,6 +234,14 @@ def test_letterbox_fill_places_scales_and_normalises(pad: str, offset: tuple[int
     assert g.to_frame(np.array([[x0 + 4, 8, x0 + 12, 24]]), 32, 64).tolist() == [[4.0, 8.0, 12.0, 24.0]]
 
 
+def test_resize_to_the_height_pads_on_the_right_as_paddleocr_does() -> None:
+    spec = TensorSpec("out", F32, (1, 6, 84))
+    task = _task(_info(spec, inputs=(TensorSpec("images", F32, (1, 3, 48, 192)),)), resize="height")
+    assert task.image.geometry(100, 20).resized_width == 192  # ceil(48 * 5) = 240, capped
+    g = task.image.geometry(60, 30)  # ceil(48 * 2) = 96 wide, 48 high
+    assert (g.resized_width, g.resized_height, g.pad_x, g.pad_y, g.scale_x, g.scale_y) == (96, 48, 0, 0, 1.6, 1.6)
+
+
 def test_bgr_raw_pixels_and_floor_rounding_as_yolox_does() -> None:
     task = _task(_info(TensorSpec("out", F32, (1, 84, 6))), channels="bgr", scale="none", pad="top_left", rounding="floor")
     frame = np.zeros((27, 64, 3), dtype=np.uint8)  # scale 1: 27 rows, floor and round agree

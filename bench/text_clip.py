@@ -4,7 +4,7 @@ Every word moves in a straight line at its own speed; two of them cross, so a tr
 them apart. `text_frames` gives the frames and, per frame, each word's box (corners, as
 cv2.getTextSize measures the rendered text), so tests can count a tracker's identity switches
 against the truth. `assets/videos/signs.mp4` (configs/ocr.yaml, configs/tracking.yaml) was written by
-`write_text_clip` with the defaults: `python -m tests.support.text_clip assets/videos/signs.mp4`.
+`write_text_clip` with the defaults: `python -m bench.text_clip assets/videos/signs.mp4`.
 """
 
 from __future__ import annotations
