@@ -139,3 +139,15 @@ def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path)
             pairs = R.matched(_boxes(reference), _boxes(record), 0.0)
             overlaps += [iou for _, _, iou in pairs]
     assert len(overlaps) >= 25 * 5 and float(np.mean(overlaps)) >= 0.75, np.mean(overlaps)
+
+
+def test_bytetrack_gives_the_reference_trackers_ids_on_a_crowd() -> None:
+    """25 objects crossing, jittered, one in four missed, a third of low score: framewire's ByteTrack
+    and supervision's, on the same boxes, track the same boxes with the same ids."""
+    from bench.models import compare_trackers, crowd, our_tracks
+
+    boxes, truth = crowd(seed=3)
+    stats = compare_trackers(boxes, our_tracks(boxes), truth)
+    assert stats["tracked_boxes"] > 5000
+    assert stats["agreement"] >= 0.99 and stats["id_switches"] <= stats["reference_id_switches"], stats
+    assert stats["only_ours"] + stats["only_reference"] <= 0.01 * stats["tracked_boxes"], stats
