@@ -26,6 +26,9 @@ test: $(STAMP)
 validate: $(STAMP)
 	$(BIN)/python run_pipeline.py validate -c configs/default.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/matting.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/yolox.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/ocr.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
 
 clean:
 	rm -rf out .pytest_cache

@@ -115,7 +115,9 @@ def _tracks(record: dict[str, Any]) -> list[tuple[np.ndarray, int]]:
 def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path) -> None:
     """Moving words (two pass each other): no identity switch against the clip's truth, as the
     reference tracker run on the same boxes; with interval 2, one frame in three runs the detector
-    and the boxes the tracker carries in between overlap the detector's own."""
+    and the boxes the tracker carries in between overlap the detector's own. The first run has its
+    stages fused (one infer process per source), the second split into processes of their own
+    (two preprocess workers; the track and secondary stages ordered per source)."""
     count = 45
     clip = VIDEOS / "signs.mp4"
     fast = ("--set", "model.limit=max", "--set", "model.limit_side=640", "--set", f"sources.0.max_frames={count}")
@@ -130,9 +132,13 @@ def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path)
     assert ours == 0 and ours <= theirs, (ours, theirs)
     assert all(len(_tracks(r)) == len(truth[0]) for r in every[1:])
 
-    skipping = _job(tmp_path / "skip", config, clip, *fast, "--set", "secondary=[]")
+    split = ("--set", "stages.fuse=false", "--set", "stages.preprocess.workers=2")
+    skipping = _job(tmp_path / "skip", config, clip, *fast, *split)
     ran = [r["seq"] for r in skipping if not any(d.get("predicted") for d in r["results"]["detections"])]
     assert ran == list(range(0, count, 3))  # the detector's frames: 15 of 45
+    texts = {d["track_id"]: d.get("attributes", {}).get("text", {}).get("text") for d in skipping[-1]["results"]["detections"]}
+    # Every track was read (once per 10 frames); the recogniser keeps or drops a space at this size.
+    assert sorted(str(t).replace(" ", "") for t in texts.values()) == sorted(t.replace(" ", "") for t in truth[0])
     overlaps = []
     for record, reference in zip(skipping, every, strict=True):
         if record["seq"] % 3:
@@ -151,3 +157,21 @@ def test_bytetrack_gives_the_reference_trackers_ids_on_a_crowd() -> None:
     assert stats["tracked_boxes"] > 5000
     assert stats["agreement"] >= 0.99 and stats["id_switches"] <= stats["reference_id_switches"], stats
     assert stats["only_ours"] + stats["only_reference"] <= 0.01 * stats["tracked_boxes"], stats
+
+
+def test_validate_says_how_each_model_is_read_and_bad_ones_stop_at_start(tmp_path: Path) -> None:
+    done = run_cli("validate", "-c", str(CONFIGS / "ocr.yaml"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("  model: text_detection: probability map")
+    assert lines[2] == "  secondary.0 (text): text_recognition: CTC over 6623 characters, input height 48"
+    done = run_cli("validate", "-c", str(CONFIGS / "yolox.yaml"))
+    assert "detection: format yolox (3549 rows = the grid cells at the strides), 1 classes" in done.stdout
+    bad = run_cli("run", "-c", str(CONFIGS / "ocr.yaml"), "--set", "model.path=assets/models/u2netp/u2netp.onnx",
+                  "--set", "model.task=matting", "--set", f"outputs=[{{kind: jsonl, path: '{tmp_path}/x.jsonl'}}]")
+    assert bad.returncode == 2
+    assert [line for line in bad.stderr.splitlines() if line.strip()] == [
+        "framewire: error: secondary.0: needs a model that gives boxes, but model.task 'matting' gives none "
+        "(detection, face_detection, text_detection do)"
+    ]
+    assert not (tmp_path / "x.jsonl").exists()
