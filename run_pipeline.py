@@ -123,7 +123,8 @@ def _describe_models(config: Config, task: Task) -> None:
         if secondary.task.summary():
             print(f"  secondary.{i} ({secondary.name}): {secondary.task.summary()}")
     if config.tracking:
-        every = f", the model on one frame in {config.tracking.interval + 1}" if config.tracking.interval else ""
+        interval = config.tracking.interval
+        every = f", the model on one frame in {interval + 1}" if interval else ""
         print(f"  tracking: {config.tracking.kind}{every}")
 
 

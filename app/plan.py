@@ -232,7 +232,8 @@ def check(config: Config) -> Task:
 
 def check_cascade(config: Config, task: Task) -> None:
     """Secondary models and tracking need a primary that gives boxes, and classes it has."""
-    follows = [f"secondary.{i}" for i in range(len(config.secondary))] + (["tracking"] if config.tracking else [])
+    follows = [f"secondary.{i}" for i in range(len(config.secondary))]
+    follows += ["tracking"] if config.tracking else []
     if follows and not task.gives_boxes:
         raise ConfigError(
             f"{follows[0]}: needs a model that gives boxes, but model.task {config.model.task!r} gives none "

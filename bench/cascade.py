@@ -23,18 +23,30 @@ from typing import Any
 
 import numpy as np
 
-from bench.chain import ChainRun, frames_of, load, run_chain
+from bench.chain import frames_of, load, run_chain
 from bench.harness import ROOT, machine, stderr, table, wait_for_quiet, write_json
 
 
 def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[..., None]) -> None:
     parser.add_argument("--ocr", default=str(ROOT / "configs" / "ocr.yaml"), help="the cascade's config")
-    parser.add_argument("--tracking", default=str(ROOT / "configs" / "tracking.yaml"), help="the tracking config")
-    parser.add_argument("--frames", type=int, default=30, help="frames of each config's source (default: %(default)s)")
-    parser.add_argument("--interval", type=int, default=2, help="the interval to compare with none (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternated runs of each batching mode (default: %(default)s)")
-    parser.add_argument("--max-load", type=float, default=None, help="first wait for a load average below this")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="key.path=value for both configs")
+    parser.add_argument(
+        "--tracking", default=str(ROOT / "configs" / "tracking.yaml"), help="the tracking config"
+    )
+    parser.add_argument(
+        "--frames", type=int, default=30, help="frames of each config's source (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--interval", type=int, default=2, help="the interval to compare with none (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="alternated runs of each batching mode (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-load", type=float, default=None, help="first wait for a load average below this"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="key.path=value for both configs"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
 
 
@@ -48,7 +60,9 @@ def _answers(records: list[dict[str, Any]], name: str) -> list[Any]:
     return out
 
 
-def _secondary_pass(config: Any, images: list[np.ndarray], primary: list[dict[str, Any]]) -> tuple[float, int, list[dict[str, Any]]]:
+def _secondary_pass(
+    config: Any, images: list[np.ndarray], primary: list[dict[str, Any]]
+) -> tuple[float, int, list[dict[str, Any]]]:
     """The config's secondary stage alone over the frames, given the primary's detections: seconds
     in `process` (the engine opened before), inferences, and the records."""
     from app.plan import _cascade
@@ -87,7 +101,9 @@ def batching(path: str, frames: int, overrides: list[str], repeats: int) -> dict
         answers: dict[str, list[Any]] = {}
         for _ in range(repeats):
             for mode, batch in (("batched", 0), ("per_object", 1)):
-                config = base.model_copy(update={"secondary": (item.model_copy(update={"max_batch": batch}),)})
+                config = base.model_copy(
+                    update={"secondary": (item.model_copy(update={"max_batch": batch}),)}
+                )
                 spent, inferences, records = _secondary_pass(config, images, primary)
                 times[mode].append(1000 * spent / len(images))
                 answers[mode] = _answers(records, item.name)
@@ -97,7 +113,9 @@ def batching(path: str, frames: int, overrides: list[str], repeats: int) -> dict
             stats[mode]["ms_per_frame_runs"] = [round(t, 2) for t in times[mode]]
         pairs = list(zip(answers["batched"], answers["per_object"], strict=True))
         stats["same_answers"] = round(sum(a == b for a, b in pairs) / max(len(pairs), 1), 4)
-        stats["speedup"] = round(float(np.median([p / b for p, b in zip(times["per_object"], times["batched"], strict=True)])), 2)
+        stats["speedup"] = round(
+            float(np.median([p / b for p, b in zip(times["per_object"], times["batched"], strict=True)])), 2
+        )
         out[item.name] = stats
     return out
 

@@ -32,8 +32,12 @@ CONFIGS = ROOT / "configs"
 
 def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[..., None]) -> None:
     parser.add_argument("--frames", type=int, default=None, help="frames of each clip (default: all)")
-    parser.add_argument("--ocr-frames", type=int, default=30, help="frames of signs.mp4 for OCR (default: %(default)s)")
-    parser.add_argument("--min-iou", type=float, default=0.9, help="IoU at which two boxes agree (default: %(default)s)")
+    parser.add_argument(
+        "--ocr-frames", type=int, default=30, help="frames of signs.mp4 for OCR (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--min-iou", type=float, default=0.9, help="IoU at which two boxes agree (default: %(default)s)"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
 
 
@@ -73,7 +77,9 @@ def yolov8(frames: int | None, min_iou: float) -> dict[str, Any]:
         reference = R.nudenet_detections(images)
         out[video] = _agreement([b for b, _ in reference], _boxes(run), min_iou)
         labels = [sorted(d["label"] for d in r.get("detections", [])) for r in run.records]
-        out[video]["same_labels_frames"] = sum(a == sorted(names) for a, (_, names) in zip(labels, reference, strict=True))
+        out[video]["same_labels_frames"] = sum(
+            a == sorted(names) for a, (_, names) in zip(labels, reference, strict=True)
+        )
     return out
 
 
@@ -81,7 +87,9 @@ def ocr(frames: int, min_iou: float) -> dict[str, Any]:
     images = frames_of(str(VIDEOS / "signs.mp4"), frames)
     run = run_chain(load(str(CONFIGS / "ocr.yaml")), images)
     reference = R.rapidocr_lines(images)
-    out = _agreement([np.array([b for b, _ in lines]).reshape(-1, 4) for lines in reference], _boxes(run), min_iou)
+    out = _agreement(
+        [np.array([b for b, _ in lines]).reshape(-1, 4) for lines in reference], _boxes(run), min_iou
+    )
     same = 0
     for lines, record, ours in zip(reference, run.records, _boxes(run), strict=True):
         found = record.get("detections", [])
@@ -103,7 +111,12 @@ def run(args: argparse.Namespace) -> int:
     rows += [[f"yolov8 vs nudenet ({v})", *_row(s)] for v, s in report["yolov8_vs_nudenet"].items()]
     o = report["ocr_vs_rapidocr"]
     rows.append(["ocr vs rapidocr (signs)", *_row(o)])
-    print(table(["model", "frames", "reference boxes", "ours", "matched", "share of reference", "share of ours"], rows))
+    print(
+        table(
+            ["model", "frames", "reference boxes", "ours", "matched", "share of reference", "share of ours"],
+            rows,
+        )
+    )
     print(f"OCR strings equal: {o['same_strings']} of {o['reference_boxes']} lines ({o['string_share']})")
     print(table(
         ["tracking", "frames", "objects", "id switches (framewire)", "id switches (supervision)", "same ids", "tracked boxes"],
@@ -123,7 +136,10 @@ def track_ids(frames: int) -> dict[str, Any]:
     supervision's ByteTrack on the same boxes."""
     images = frames_of(str(VIDEOS / "signs.mp4"), frames)
     run = run_chain(load(str(CONFIGS / "tracking.yaml"), ["tracking.interval=0", "secondary=[]"]), images)
-    detector = [(b, np.array([d["score"] for d in r["detections"]])) for b, r in zip(_boxes(run), run.records, strict=True)]
+    detector = [
+        (b, np.array([d["score"] for d in r["detections"]]))
+        for b, r in zip(_boxes(run), run.records, strict=True)
+    ]
     ours = [{i: d["track_id"] for i, d in enumerate(r["detections"]) if "track_id" in d} for r in run.records]
     out = {"signs": compare_trackers(detector, ours, _signs_truth(frames))}
     for seed in (3, 4, 5):
@@ -141,12 +157,17 @@ def our_tracks(per_frame: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[dict[
 
 
 def compare_trackers(
-    per_frame: Sequence[tuple[np.ndarray, np.ndarray]], ours: Sequence[dict[int, int]], truth: Sequence[dict[str, np.ndarray]]
+    per_frame: Sequence[tuple[np.ndarray, np.ndarray]],
+    ours: Sequence[dict[int, int]],
+    truth: Sequence[dict[str, np.ndarray]],
 ) -> dict[str, Any]:
     """Identity switches against the truth, ours and supervision's on the same boxes, and the share
     of boxes both track whose id maps onto the other's (one id of ours, one of theirs)."""
     theirs = R.supervision_tracks(per_frame, track_activation_threshold=0.5)
-    listed = [[[(b[i], t) for i, t in ids.items()] for (b, _), ids in zip(per_frame, side, strict=True)] for side in (ours, theirs)]
+    listed = [
+        [[(b[i], t) for i, t in ids.items()] for (b, _), ids in zip(per_frame, side, strict=True)]
+        for side in (ours, theirs)
+    ]
     pairs = collections.Counter((a[i], b[i]) for a, b in zip(ours, theirs, strict=True) for i in a if i in b)
     best: dict[int, int] = {}
     for (mine, _), count in pairs.items():

@@ -31,8 +31,15 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "nudenet": ("nudenet==3.4.2",),
     "rapidocr": ("rapidocr-onnxruntime==1.4.4", "pyclipper==1.4.0", "shapely==2.2.0", "six==1.17.0"),
     "supervision": (
-        "supervision==0.25.1", "scipy==1.17.1", "defusedxml==0.7.1", "requests==2.34.2", "urllib3==2.8.0",
-        "idna==3.20", "certifi==2026.10.18", "charset-normalizer==3.5.2", "tqdm==4.70.1",
+        "supervision==0.25.1",
+        "scipy==1.17.1",
+        "defusedxml==0.7.1",
+        "requests==2.34.2",
+        "urllib3==2.8.0",
+        "idna==3.20",
+        "certifi==2026.10.18",
+        "charset-normalizer==3.5.2",
+        "tqdm==4.70.1",
     ),
 }
 """What each reference needs, pinned: the package itself and the dependencies it imports that the
@@ -50,8 +57,20 @@ def install(name: str) -> Path:
     specs = PACKAGES[name]
     if marker.is_file() and marker.read_text() == "\n".join(specs):
         return folder
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-deps", "--only-binary=:all:", "--upgrade", "--target", str(folder), *specs]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--upgrade",
+        "--target",
+        str(folder),
+        *specs,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["?"]
@@ -105,8 +124,13 @@ def nudenet_detections(frames: Sequence[np.ndarray]) -> list[tuple[np.ndarray, l
         out = []
         for frame in frames:
             found = detector.detect(frame)
-            boxes = np.array([[d["box"][0], d["box"][1], d["box"][0] + d["box"][2], d["box"][1] + d["box"][3]]
-                              for d in found], dtype=np.float64).reshape(-1, 4)
+            boxes = np.array(
+                [
+                    [d["box"][0], d["box"][1], d["box"][0] + d["box"][2], d["box"][1] + d["box"][3]]
+                    for d in found
+                ],
+                dtype=np.float64,
+            ).reshape(-1, 4)
             out.append((boxes, [str(d["class"]) for d in found]))
         return out
 
@@ -128,7 +152,9 @@ def rapidocr_lines(frames: Sequence[np.ndarray]) -> list[list[tuple[np.ndarray, 
         return out
 
 
-def supervision_tracks(per_frame: Sequence[tuple[np.ndarray, np.ndarray]], **params: Any) -> list[dict[int, int]]:
+def supervision_tracks(
+    per_frame: Sequence[tuple[np.ndarray, np.ndarray]], **params: Any
+) -> list[dict[int, int]]:
     """supervision's ByteTrack on the same boxes: per frame, {detection index: track id}."""
     with on_path("supervision"):
         import supervision as sv
@@ -173,7 +199,9 @@ def matched(reference: np.ndarray, ours: np.ndarray, min_iou: float) -> list[tup
     return pairs
 
 
-def id_switches(truth: Sequence[dict[str, np.ndarray]], tracked: Sequence[list[tuple[np.ndarray, int]]]) -> int:
+def id_switches(
+    truth: Sequence[dict[str, np.ndarray]], tracked: Sequence[list[tuple[np.ndarray, int]]]
+) -> int:
     """Identity switches against the ground truth: each frame, truth boxes are matched one to one to
     tracked boxes (IoU >= 0.3); a switch is a truth object matched to another id than the last time."""
     last: dict[str, int] = {}

@@ -67,14 +67,18 @@ def text_frames(
             y = word.start[1] + word.velocity[1] * index
             origin = (int(round(x)), int(round(y)))
             (w, h), baseline = cv2.getTextSize(word.text, cv2.FONT_HERSHEY_SIMPLEX, word.scale, 2)
-            cv2.putText(image, word.text, origin, cv2.FONT_HERSHEY_SIMPLEX, word.scale, word.color, 2, cv2.LINE_AA)
+            cv2.putText(
+                image, word.text, origin, cv2.FONT_HERSHEY_SIMPLEX, word.scale, word.color, 2, cv2.LINE_AA
+            )
             boxes[word.text] = (origin[0], origin[1] - h, origin[0] + w, origin[1] + baseline)
         frames.append(image)
         truth.append(boxes)
     return frames, truth
 
 
-def write_text_clip(path: str | Path, count: int = 100, width: int = 640, height: int = 360, fps: int = 25) -> Path:
+def write_text_clip(
+    path: str | Path, count: int = 100, width: int = 640, height: int = 360, fps: int = 25
+) -> Path:
     """The frames of `text_frames` as an H.264 MP4 (crf 18: the letters stay sharp)."""
     frames, _ = text_frames(count, width, height)
     return write_frames(path, frames, fps)

@@ -79,7 +79,10 @@ class CascadeStage(Stage):
             batchable = _takes_batches(engine, secondary.task.input_name)
             limit = secondary.max_batch or secondary.max_objects
             if not batchable and limit > 1:
-                log.warning("secondary %s: the model takes a fixed batch of 1: one inference per object", secondary.name)
+                log.warning(
+                    "secondary %s: the model takes a fixed batch of 1: one inference per object",
+                    secondary.name,
+                )
                 limit = 1
             self.engines.append(engine)
             self._limits.append(limit)
@@ -92,9 +95,12 @@ class CascadeStage(Stage):
                 self._run(i, secondary, frame, image, found)
         yield frame
 
-    def _run(self, index: int, secondary: Secondary, frame: Frame, image: np.ndarray, found: list[dict[str, Any]]) -> None:
+    def _run(
+        self, index: int, secondary: Secondary, frame: Frame, image: np.ndarray, found: list[dict[str, Any]]
+    ) -> None:
         chosen = sorted(
-            (i for i, d in enumerate(found) if secondary.wants(d)), key=lambda i: -float(found[i].get("score", 0.0))
+            (i for i, d in enumerate(found) if secondary.wants(d)),
+            key=lambda i: -float(found[i].get("score", 0.0)),
         )[: secondary.max_objects]
         results: dict[int, ObjectResult] = {}
         todo: list[int] = []
@@ -102,7 +108,11 @@ class CascadeStage(Stage):
         for i in chosen:
             track = found[i].get("track_id")
             before = seen.get((secondary.name, track)) if track is not None else None
-            if before is not None and secondary.reinfer_every and frame.seq - before.seq < secondary.reinfer_every:
+            if (
+                before is not None
+                and secondary.reinfer_every
+                and frame.seq - before.seq < secondary.reinfer_every
+            ):
                 results[i] = before.result
             else:
                 todo.append(i)
@@ -114,7 +124,12 @@ class CascadeStage(Stage):
         _attach(frame, secondary.name, found, results)
 
     def _infer(
-        self, index: int, secondary: Secondary, image: np.ndarray, objects: list[dict[str, Any]], ids: list[int]
+        self,
+        index: int,
+        secondary: Secondary,
+        image: np.ndarray,
+        objects: list[dict[str, Any]],
+        ids: list[int],
     ) -> dict[int, ObjectResult]:
         crops, owners = [], []
         for detection, owner in zip(objects, ids, strict=True):
@@ -131,7 +146,9 @@ class CascadeStage(Stage):
             self.inferences += 1
             decoded = task.decode(outputs, len(batch.indices))
             if len(decoded) != len(batch.indices):
-                raise EngineError(f"secondary {secondary.name}: {len(decoded)} results for {len(batch.indices)} crops")
+                raise EngineError(
+                    f"secondary {secondary.name}: {len(decoded)} results for {len(batch.indices)} crops"
+                )
             for crop_index, result in zip(batch.indices, decoded, strict=True):
                 out[owners[crop_index]] = result
         return out
@@ -149,7 +166,9 @@ class CascadeStage(Stage):
         return {"secondary": [s.name for s in self.secondaries]}
 
 
-def _attach(frame: Frame, name: str, found: list[dict[str, Any]], results: Mapping[int, ObjectResult]) -> None:
+def _attach(
+    frame: Frame, name: str, found: list[dict[str, Any]], results: Mapping[int, ObjectResult]
+) -> None:
     """Each object's result under `attributes.<name>`; embeddings stacked into one array."""
     rows: list[np.ndarray] = []
     for i in sorted(results):

@@ -81,7 +81,7 @@ class FaceRegionParams(DetectionParams):
 class BlurParams(FaceRegionParams):
     """Keys of a `blur` composite."""
 
-    kind: Literal["blur"] = Field("blur", description="Gaussian blur of each detection (a face by default task).")
+    kind: Literal["blur"] = Field("blur", description="Gaussian blur of each detection.")
     strength: float = Field(
         0.5,
         gt=0.0,
@@ -104,7 +104,7 @@ class BoxesParams(DetectionParams):
     color: BGR = Field((0, 255, 0), description="Line colour as [b, g, r], 0-255.")
     class_colors: bool = Field(False, description="A fixed colour per class id instead of color.")
     colors: dict[str, BGR] = Field(
-        default_factory=dict, description="Colours of some labels, as {label: [b, g, r]}; win over the others."
+        default_factory=dict, description="Colours of some labels, as {label: [b, g, r]}; win over the rest."
     )
     thickness: int = Field(2, ge=1, le=64, description="Line thickness in pixels.")
     landmarks: bool = Field(True, description="Also draw landmarks (faces) and text quads.")
@@ -342,7 +342,9 @@ def _gaussian(image: np.ndarray, kx: int, ky: int) -> np.ndarray:
     return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
 
 
-def _regions(frame: np.ndarray, result: Result, params: FaceRegionParams) -> Iterator[tuple[int, int, int, int]]:
+def _regions(
+    frame: np.ndarray, result: Result, params: FaceRegionParams
+) -> Iterator[tuple[int, int, int, int]]:
     """(x0, y0, x1, y1) of each wanted detection's box grown by `expand`, clipped to the frame;
     slivers skipped."""
     height, width = frame.shape[:2]

@@ -106,7 +106,11 @@ def nms(
         keep = cv2.dnn.NMSBoxes(xywh.tolist(), scores.astype(float).tolist(), 0.0, float(iou_threshold))
     else:
         keep = cv2.dnn.NMSBoxesBatched(
-            xywh.tolist(), scores.astype(float).tolist(), class_ids.astype(int).tolist(), 0.0, float(iou_threshold)
+            xywh.tolist(),
+            scores.astype(float).tolist(),
+            class_ids.astype(int).tolist(),
+            0.0,
+            float(iou_threshold),
         )
     kept = np.asarray(keep, dtype=np.int64).reshape(-1)
     order = np.argsort(-scores[kept], kind="stable")

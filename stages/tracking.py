@@ -30,19 +30,34 @@ class TrackingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    track_threshold: float = Field(0.5, ge=0.0, le=1.0, description="Detections above this are matched first and may start tracks.")
-    low_threshold: float = Field(0.1, ge=0.0, le=1.0, description="Detections between this and track_threshold only continue tracks.")
-    new_track_threshold: float = Field(0.6, ge=0.0, le=1.0, description="A new track needs a detection scoring at least this.")
-    match_threshold: float = Field(0.8, gt=0.0, le=1.0, description="Largest IoU cost (1 - IoU, times the score) of a first match.")
-    lost_frames: int = Field(30, ge=0, le=100000, description="Frames a lost track is kept to be found again.")
-    fuse_score: bool = Field(True, description="Weigh the IoU by the detection's score (ByteTrack's default).")
-    classes: tuple[str | int, ...] | None = Field(None, description="Track only these labels (or class ids); default: all.")
+    track_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Detections above this are matched first and may start tracks."
+    )
+    low_threshold: float = Field(
+        0.1, ge=0.0, le=1.0, description="Detections between this and track_threshold only continue tracks."
+    )
+    new_track_threshold: float = Field(
+        0.6, ge=0.0, le=1.0, description="A new track needs a detection scoring at least this."
+    )
+    match_threshold: float = Field(
+        0.8, gt=0.0, le=1.0, description="Largest IoU cost (1 - IoU, times the score) of a first match."
+    )
+    lost_frames: int = Field(
+        30, ge=0, le=100000, description="Frames a lost track is kept to be found again."
+    )
+    fuse_score: bool = Field(
+        True, description="Weigh the IoU by the detection's score (ByteTrack's default)."
+    )
+    classes: tuple[str | int, ...] | None = Field(
+        None, description="Track only these labels (or class ids); default: all."
+    )
 
     @model_validator(mode="after")
     def _thresholds_in_order(self) -> TrackingParams:
         if self.low_threshold > self.track_threshold:
             raise ValueError(
-                f"tracking.low_threshold {self.low_threshold} is above tracking.track_threshold {self.track_threshold}"
+                f"tracking.low_threshold {self.low_threshold} is above "
+                f"tracking.track_threshold {self.track_threshold}"
             )
         return self
 
@@ -98,8 +113,12 @@ class TrackStage(Stage):
     def _predicted(self, track_id: int, box: Any, last: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         before = last.get(track_id, {})
         return detections.make(
-            box, float(before.get("score", 0.0)), int(before.get("class_id", 0)), str(before.get("label", "")),
-            track_id=track_id, predicted=True,
+            box,
+            float(before.get("score", 0.0)),
+            int(before.get("class_id", 0)),
+            str(before.get("label", "")),
+            track_id=track_id,
+            predicted=True,
         )
 
     def _wanted(self, detection: Mapping[str, Any]) -> bool:
@@ -109,7 +128,12 @@ class TrackStage(Stage):
     def _tracker_params(self) -> TrackerParams:
         p = self.params
         return TrackerParams(
-            p.track_threshold, p.low_threshold, p.new_track_threshold, p.match_threshold, p.lost_frames, p.fuse_score
+            p.track_threshold,
+            p.low_threshold,
+            p.new_track_threshold,
+            p.match_threshold,
+            p.lost_frames,
+            p.fuse_score,
         )
 
     def flush(self, source_id: str) -> Iterable[Frame]:

@@ -23,18 +23,30 @@ class SecondaryConfig(BaseModel):
         description="What it is called: each object's result is `attributes.<name>`.",
     )
     path: str = Field(description="The ONNX model file.")
-    task: str = Field(description="A task that runs on objects: classification, text_recognition, or package.module:Class.")
+    task: str = Field(
+        description="A task that runs on objects: classification, text_recognition, or package.module:Class."
+    )
     classes: tuple[str | int, ...] | None = Field(
         default=None, description="Only objects of these labels (or class ids) of the primary; default: all."
     )
-    min_size: int = Field(default=0, ge=0, description="Only objects whose box is at least this many pixels on both sides.")
+    min_size: int = Field(
+        default=0, ge=0, description="Only objects whose box is at least this many pixels on both sides."
+    )
     max_objects: int = Field(
-        default=32, ge=1, le=10000, description="At most this many objects a frame, the highest scoring first."
+        default=32,
+        ge=1,
+        le=10000,
+        description="At most this many objects a frame, the highest scoring first.",
     )
     max_batch: int = Field(
         default=0, ge=0, le=1024, description="Crops per inference; 0: all of a frame's crops in one."
     )
-    expand: float = Field(default=0.0, ge=0.0, le=2.0, description="Grow each box by this fraction on every side before cropping.")
+    expand: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=2.0,
+        description="Grow each box by this fraction on every side before cropping.",
+    )
     reinfer_every: int | None = Field(
         default=None,
         ge=1,

@@ -26,7 +26,8 @@ class StagesConfig(_Model):
     composite: StageConfig = Field(default_factory=StageConfig, description="Composite stage.")
     track: StageConfig = Field(
         default_factory=StageConfig,
-        description="Tracking stage: each source sticks to one worker, so more workers help only with more sources.",
+        description="Tracking stage: each source sticks to one worker, so more workers help only with "
+        "more sources.",
     )
     secondary: StageConfig = Field(
         default_factory=StageConfig,

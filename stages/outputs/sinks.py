@@ -137,9 +137,11 @@ class ZmqSink(Stage):
         arrays = embedding_arrays(frame)
         if arrays:
             header["arrays"] = [
-                {"name": name, "dtype": str(value.dtype), "shape": list(value.shape)} for name, value in arrays
+                {"name": name, "dtype": str(value.dtype), "shape": list(value.shape)}
+                for name, value in arrays
             ]
-        self.publisher.send(frame.source_id, header, image, arrays=[np.ascontiguousarray(v) for _, v in arrays])
+        buffers = [np.ascontiguousarray(value) for _, value in arrays]
+        self.publisher.send(frame.source_id, header, image, arrays=buffers)
         return ()
 
     def flush(self, source_id: str) -> Iterable[Frame]:

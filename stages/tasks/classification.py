@@ -31,7 +31,8 @@ class ClassificationParams(ImageParams):
     """Keys of `model:` or of a `secondary:` item for `task: classification`."""
 
     resize: Literal["letterbox", "stretch", "height"] = Field(
-        "stretch", description="stretch (classifiers' usual), letterbox or height: how the image fits the input."
+        "stretch",
+        description="stretch (classifiers' usual), letterbox or height: how the image fits the input.",
     )
     labels: FilePath | tuple[str, ...] | None = Field(
         None, description="A labels file (one per line) or a list; default: the model's metadata `names`."
@@ -66,7 +67,10 @@ class Classification(Task, ObjectTask):
 
     def use_model(self, info: ModelInfo) -> None:
         if self.key != "model" and self.params.input_size == "auto":
-            raise ConfigError(f"{self.key}.input_size: auto does not fit crops batched together: give [width, height] or model")
+            raise ConfigError(
+                f"{self.key}.input_size: auto does not fit crops batched together: "
+                f"give [width, height] or model"
+            )
         self.image.bind(info)
         self._output, self._classes = self._find_output(info.outputs)
         labels, source = read_labels(_labels_param(self.params), info.metadata, f"{self.key}.labels")
@@ -92,8 +96,11 @@ class Classification(Task, ObjectTask):
         return self._labels
 
     def summary(self) -> str:
-        what = "an embedding" if self.params.embedding else f"top {self.params.top_k} of {self._classes} classes"
-        return f"classification: {what} from output {self._output!r}; input {self.image.name!r}, {self.params.resize}"
+        what = (
+            "an embedding" if self.params.embedding else f"top {self.params.top_k} of {self._classes} classes"
+        )
+        where = f"input {self.image.name!r}, {self.params.resize}"
+        return f"classification: {what} from output {self._output!r}; {where}"
 
     @property
     def input_name(self) -> str:
@@ -126,7 +133,10 @@ class Classification(Task, ObjectTask):
         row = self._rows(outputs, 1)[0]
         if self.params.embedding:
             vector = self._embedding(row)
-            return Result({"embedding": {"array": FRAME_EMBEDDING, "size": len(vector)}}, {FRAME_EMBEDDING: vector[None]})
+            return Result(
+                {"embedding": {"array": FRAME_EMBEDDING, "size": len(vector)}},
+                {FRAME_EMBEDDING: vector[None]},
+            )
         return Result({"classes": self._top(row)})
 
     # --- on objects --------------------------------------------------------------------------

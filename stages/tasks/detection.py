@@ -82,7 +82,9 @@ class Detection(Task):
 
     def use_model(self, info: ModelInfo) -> None:
         self.image.bind(info)
-        self.layout = find_layout(info.outputs, info.metadata, self._fixed_size(), self.params.strides, self.params.format)
+        self.layout = find_layout(
+            info.outputs, info.metadata, self._fixed_size(), self.params.strides, self.params.format
+        )
         labels, source = read_labels(self._label_source_param(), info.metadata, "model.labels")
         classes = self.layout.classes
         if labels is not None and classes is not None and len(labels) != classes:
@@ -103,7 +105,8 @@ class Detection(Task):
         classes = f"{layout.classes} classes" if layout.classes is not None else "classes unknown"
         labels = f"labels from {self._label_source}" if self._labels else "no labels (class ids)"
         return (
-            f"detection: format {layout.format} ({layout.why}), {classes}, {labels}; input {self.image.name!r} "
+            f"detection: format {layout.format} ({layout.why}), {classes}, {labels}; "
+            f"input {self.image.name!r} "
             f"{p.input_size if p.input_size != 'model' else 'as in the model'}, {p.resize}"
             f"{' ' + p.pad if p.resize == 'letterbox' else ''}, {p.channels.upper()}, scale {p.scale}"
         )
@@ -149,7 +152,11 @@ class Detection(Task):
             found.boxes = found.boxes * np.array([g.width, g.height, g.width, g.height], dtype=np.float64)
         if self._keep is not None:
             keep = np.isin(found.class_ids, list(self._keep))
-            found.boxes, found.scores, found.class_ids = found.boxes[keep], found.scores[keep], found.class_ids[keep]
+            found.boxes, found.scores, found.class_ids = (
+                found.boxes[keep],
+                found.scores[keep],
+                found.class_ids[keep],
+            )
         nms = p.nms if p.nms != "auto" else ("none" if layout.format in ("end2end", "separate") else "class")
         if nms == "none":
             order = np.argsort(-found.scores, kind="stable")[: p.max_detections]
@@ -158,7 +165,12 @@ class Detection(Task):
             order = detections.nms(found.boxes, found.scores, ids, p.iou_threshold, p.max_detections)
         boxes = g.to_frame(found.boxes[order], frame_width, frame_height)
         records = [
-            detections.make(box, float(found.scores[i]), int(found.class_ids[i]), label_of(self._labels, int(found.class_ids[i])))
+            detections.make(
+                box,
+                float(found.scores[i]),
+                int(found.class_ids[i]),
+                label_of(self._labels, int(found.class_ids[i])),
+            )
             for box, i in zip(boxes, order, strict=True)
         ]
         return Result(data={detections.KEY: records})

@@ -4,7 +4,7 @@
 |---|---|---|
 | yolov5 | one [B, N, 5+C] | cx, cy, w, h, objectness, C class scores (score = obj * cls) |
 | yolov8 | one [B, 4+C, N] | cx, cy, w, h, C class scores (Ultralytics YOLOv8/11, no objectness) |
-| yolox | one [B, N, 5+C], N = grid cells at the strides | as yolov5, but raw: xy = (xy + grid) * stride, wh = exp(wh) * stride |
+| yolox | one [B, N, 5+C], N = grid cells | as yolov5, raw: xy = (xy + grid) * stride, wh = exp(wh) * stride |
 | end2end | one [B, N, 6] | x1, y1, x2, y2, score, class (NMS inside the model) |
 | separate | boxes [B, N, 4], scores [B, N] or [B, N, C], labels [B, N], count [B, 1] | as named |
 
@@ -24,7 +24,12 @@ from pipeline.tensors import Dim, TensorSpec
 FORMATS = ("yolov5", "yolov8", "yolox", "end2end", "separate")
 ROLES = ("boxes", "scores", "labels", "count")
 """The outputs of the `separate` format, in the order `Layout.outputs` lists them ('' when absent)."""
-_ROLE_WORDS = {"boxes": ("box",), "scores": ("score", "conf"), "labels": ("label", "class"), "count": ("num", "count")}
+_ROLE_WORDS = {
+    "boxes": ("box",),
+    "scores": ("score", "conf"),
+    "labels": ("label", "class"),
+    "count": ("num", "count"),
+}
 _END2END_MAX = 1000
 """An [B, N, 6] output with at most this many rows (and not a YOLOX grid) is an end-to-end one."""
 
@@ -96,7 +101,9 @@ def _guess(d1: Dim, d2: Dim, cells: int | None, metadata: Mapping[str, str]) -> 
         if d2 >= 6:
             return "yolov5", f"[B, {d1}, {d2}]: rows of 5 + {d2 - 5} classes"
     if known1 and not known2 and isinstance(d1, int) and d1 >= 5:
-        return "yolov8", f"[B, {d1}, N]: channels fixed, rows dynamic" + (" (Ultralytics)" if ultralytics else "")
+        return "yolov8", f"[B, {d1}, N]: channels fixed, rows dynamic" + (
+            " (Ultralytics)" if ultralytics else ""
+        )
     return "", "cannot be told apart from its shape alone: name model.format"
 
 
@@ -109,7 +116,9 @@ def _check_single(spec: TensorSpec, named: str, cells: int | None) -> int | None
         raise ConfigError(f"model.format: yolov8 needs output {spec.name!r} as [B, 4+C, N], found {shape}")
     if named in ("yolov5", "yolox"):
         if not (isinstance(d2, int) and d2 >= 6):
-            raise ConfigError(f"model.format: {named} needs output {spec.name!r} as [B, N, 5+C], found {shape}")
+            raise ConfigError(
+                f"model.format: {named} needs output {spec.name!r} as [B, N, 5+C], found {shape}"
+            )
         if named == "yolox" and cells is not None and isinstance(d1, int) and d1 != cells:
             raise ConfigError(
                 f"model.format: yolox output {spec.name!r} {shape} has {d1} rows, but the grid at "
@@ -133,14 +142,19 @@ def _separate(outputs: Sequence[TensorSpec], named: str) -> Layout:
                 break
     boxes, scores = found.get("boxes"), found.get("scores")
     if boxes is None or scores is None or len(boxes.shape) != 3 or boxes.shape[2] != 4:
+        need = (
+            "separate needs outputs named like boxes [B, N, 4] and scores [B, N]; "
+            if named == "separate"
+            else ""
+        )
         raise ConfigError(
-            f"model.format: {_describe(outputs)} fit no detection format "
-            f"({'separate needs outputs named like boxes [B, N, 4] and scores [B, N]; ' if named == 'separate' else ''}"
-            f"{_formats_hint()})"
+            f"model.format: {_describe(outputs)} fit no detection format ({need}{_formats_hint()})"
         )
     classes = scores.shape[2] if len(scores.shape) == 3 and isinstance(scores.shape[2], int) else None
     if len(scores.shape) == 2 and "labels" not in found:
-        raise ConfigError(f"model.format: separate outputs: scores {scores.name!r} [B, N] need a labels output")
+        raise ConfigError(
+            f"model.format: separate outputs: scores {scores.name!r} [B, N] need a labels output"
+        )
     names = tuple(found[r].name if r in found else "" for r in ROLES)
     return Layout("separate", names, classes, "outputs named " + ", ".join(n for n in names if n))
 
@@ -171,7 +185,9 @@ def decode(
         return _decode_separate(layout, arrays, score_threshold, box_format)
     value = np.asarray(arrays[layout.outputs[0]], dtype=np.float32)
     if value.ndim != 3:
-        raise ValueError(f"detection: output {layout.outputs[0]!r} has shape {list(value.shape)}, expected 3 dims")
+        raise ValueError(
+            f"detection: output {layout.outputs[0]!r} has shape {list(value.shape)}, expected 3 dims"
+        )
     rows = value[0]
     if layout.format == "yolov8":
         rows = rows.T
@@ -214,7 +230,11 @@ def _decode_separate(
         count = int(np.asarray(arrays[names["count"]]).reshape(-1)[0])
         boxes, scores = boxes[:count], scores[:count]
     if box_format != "xyxy":
-        boxes = _corners(boxes) if box_format == "cxcywh" else np.concatenate([boxes[:, :2], boxes[:, :2] + boxes[:, 2:]], 1)
+        boxes = (
+            _corners(boxes)
+            if box_format == "cxcywh"
+            else np.concatenate([boxes[:, :2], boxes[:, :2] + boxes[:, 2:]], 1)
+        )
     if scores.ndim == 2:
         return _best_class(boxes, scores, score_threshold)
     labels = np.asarray(arrays[names["labels"]])[0][: len(scores)].astype(np.int64)
@@ -228,7 +248,9 @@ def _best_class(boxes: np.ndarray, class_scores: np.ndarray, score_threshold: fl
     class_ids = class_scores.argmax(axis=1)
     scores = class_scores[np.arange(len(class_ids)), class_ids]
     keep = scores >= score_threshold
-    return Candidates(np.asarray(boxes[keep], dtype=np.float64), scores[keep], class_ids[keep].astype(np.int64))
+    return Candidates(
+        np.asarray(boxes[keep], dtype=np.float64), scores[keep], class_ids[keep].astype(np.int64)
+    )
 
 
 def _corners(cxcywh: np.ndarray) -> np.ndarray:

@@ -35,7 +35,9 @@ class ImageParams(TaskParams):
         "and width are made dynamic, as YuNet's are).",
     )
     max_side: int = Field(640, ge=16, le=8192, description="With input_size 'auto': the longest side.")
-    size_multiple: int = Field(32, ge=1, le=256, description="With input_size 'auto': sides are multiples of this.")
+    size_multiple: int = Field(
+        32, ge=1, le=256, description="With input_size 'auto': sides are multiples of this."
+    )
     resize: Literal["letterbox", "stretch", "height"] = Field(
         "letterbox",
         description="letterbox: keep the aspect and pad; stretch: resize to the input size; height: "
@@ -47,7 +49,9 @@ class ImageParams(TaskParams):
         description="Letterbox: the scaled frame's size in whole pixels, rounded (Ultralytics) or "
         "floored (YOLOX's own preprocessing).",
     )
-    pad_value: float = Field(114, ge=0, le=255, description="Padding, in 0-255 pixel units (127.5: 0 after (x/255 - 0.5) / 0.5).")
+    pad_value: float = Field(
+        114, ge=0, le=255, description="Padding, in 0-255 pixel units (127.5: 0 after (x/255 - 0.5) / 0.5)."
+    )
     pad: Literal["center", "top_left"] = Field(
         "center", description="Where the letterboxed frame sits: centred (Ultralytics) or top-left (YOLOX)."
     )
@@ -123,7 +127,9 @@ class ImageInput:
         images = [t for t in info.inputs if len(t.shape) == 4]
         if len(info.inputs) != 1 or not images:
             found = ", ".join(f"{t.name!r} {list(t.shape)}" for t in info.inputs)
-            raise ConfigError(f"{self.task} expects a model with one image input [N, 3, H, W]; this one has: {found}")
+            raise ConfigError(
+                f"{self.task} expects a model with one image input [N, 3, H, W]; this one has: {found}"
+            )
         spec = images[0]
         channels = spec.shape[1]
         if np.dtype(spec.dtype) != np.float32 or (isinstance(channels, int) and channels != 3):
@@ -155,12 +161,16 @@ class ImageInput:
             return Geometry(width, height, width / frame_width, height / frame_height, 0, 0, width, height)
         if self.params.resize == "height":
             resized_w = min(width, int(math.ceil(height * frame_width / frame_height)))
-            return Geometry(width, height, resized_w / frame_width, height / frame_height, 0, 0, resized_w, height)
+            return Geometry(
+                width, height, resized_w / frame_width, height / frame_height, 0, 0, resized_w, height
+            )
         ratio = min(width / frame_width, height / frame_height)
         whole = round if self.params.rounding == "round" else int
         resized_w = min(width, max(1, whole(frame_width * ratio)))
         resized_h = min(height, max(1, whole(frame_height * ratio)))
-        pad_x, pad_y = (0, 0) if self.params.pad == "top_left" else ((width - resized_w) // 2, (height - resized_h) // 2)
+        pad_x, pad_y = (
+            (0, 0) if self.params.pad == "top_left" else ((width - resized_w) // 2, (height - resized_h) // 2)
+        )
         return Geometry(width, height, ratio, ratio, pad_x, pad_y, resized_w, resized_h)
 
     def spec(self, frame_width: int, frame_height: int) -> TensorSpec:
@@ -173,7 +183,9 @@ class ImageInput:
         g = self.geometry(frame_width, frame_height)
         planes = out[0] if out.ndim == 4 else out
         if planes.shape != (3, g.height, g.width):
-            raise ValueError(f"{self.task}: input buffer is {out.shape}, expected (1, 3, {g.height}, {g.width})")
+            raise ValueError(
+                f"{self.task}: input buffer is {out.shape}, expected (1, 3, {g.height}, {g.width})"
+            )
         image = frame
         if (g.resized_width, g.resized_height) != (frame_width, frame_height):
             image = cv2.resize(frame, (g.resized_width, g.resized_height), interpolation=cv2.INTER_LINEAR)

@@ -12,7 +12,9 @@ LabelSource = Path | tuple[str, ...] | None
 """`labels:` as configured: a file, an inline list, or nothing (then the model's metadata)."""
 
 
-def read_labels(source: LabelSource, metadata: Mapping[str, str], key: str) -> tuple[tuple[str, ...] | None, str]:
+def read_labels(
+    source: LabelSource, metadata: Mapping[str, str], key: str
+) -> tuple[tuple[str, ...] | None, str]:
     """The labels and where they came from ('file x', 'config', 'metadata names'), or (None, '')."""
     if isinstance(source, Path):
         try:
@@ -61,7 +63,11 @@ def class_filter(
             ids.add(item)
             continue
         if labels is None or item not in labels:
-            known = ", ".join(labels[:20]) + (", ..." if labels and len(labels) > 20 else "") if labels else "none"
+            known = (
+                ", ".join(labels[:20]) + (", ..." if labels and len(labels) > 20 else "")
+                if labels
+                else "none"
+            )
             raise ConfigError(f"{key}: {item!r} is not a label of the model (labels: {known})")
         ids.add(list(labels).index(item))
     return frozenset(ids)

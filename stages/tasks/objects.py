@@ -100,7 +100,9 @@ def quad_crop(image: np.ndarray, quad: Any) -> np.ndarray | None:
         return None
     target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
     matrix = cv2.getPerspectiveTransform(points, target)
-    return cv2.warpPerspective(image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+    return cv2.warpPerspective(
+        image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC
+    )
 
 
 def axis_crop(image: np.ndarray, detection: Mapping[str, Any], expand: float) -> np.ndarray | None:

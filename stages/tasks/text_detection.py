@@ -4,8 +4,9 @@ Preparation and decoding follow PaddleOCR's DB post-processing as the `rapidocr-
 runs it (its reference pipeline): the frame is resized so its short side is at least `limit_side`,
 each side rounded to a multiple of 32 (BGR, (x/255 - 0.5) / 0.5); the map is thresholded, dilated,
 and each region's minimum-area rectangle, if its mean probability reaches `box_threshold`, is grown
-by `area * unclip_ratio / perimeter` on every side (Clipper's offset, through pyclipper, as PaddleOCR). Each box is a detection of the class `text` with
-its four corners (`quad`), which a text recogniser crops along (stages.tasks.text_recognition).
+by `area * unclip_ratio / perimeter` on every side (Clipper's offset, through pyclipper, as PaddleOCR
+does). Each box is a detection of the class `text` with its four corners (`quad`), which a text
+recogniser crops along (stages.tasks.text_recognition).
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ class TextDetectionParams(TaskParams):
 
     limit_side: int = Field(736, ge=32, le=8192, description="The side limit of the model input.")
     limit: Literal["min", "max"] = Field(
-        "min", description="min: the short side is scaled up to at least limit_side; max: the long side down to at most."
+        "min",
+        description="min: the short side is scaled up to at least limit_side; "
+        "max: the long side down to at most.",
     )
-    channels: Literal["bgr", "rgb"] = Field("bgr", description="Channel order fed to the model (rapidocr: BGR).")
+    channels: Literal["bgr", "rgb"] = Field(
+        "bgr", description="Channel order fed to the model (rapidocr: BGR)."
+    )
     threshold: float = Field(0.3, gt=0.0, lt=1.0, description="Probability above which a pixel is text.")
     box_threshold: float = Field(0.5, ge=0.0, le=1.0, description="Minimum mean probability inside a box.")
-    unclip_ratio: float = Field(1.6, ge=0.0, le=10.0, description="How far a box is grown (area * ratio / perimeter).")
+    unclip_ratio: float = Field(
+        1.6, ge=0.0, le=10.0, description="How far a box is grown (area * ratio / perimeter)."
+    )
     max_candidates: int = Field(1000, ge=1, description="Text regions looked at, at most.")
     dilation: bool = Field(True, description="Dilate the thresholded map by 2x2 first.")
     min_size: int = Field(3, ge=1, description="Boxes with a side below this (map pixels) are dropped.")
@@ -68,7 +75,8 @@ class TextDetection(Task):
         p = self.params
         return (
             f"text_detection: probability map {self._output!r} -> boxes (threshold {p.threshold}, box "
-            f"{p.box_threshold}, unclip {p.unclip_ratio}); input {self._input!r}, {p.limit} side {p.limit_side}"
+            f"{p.box_threshold}, unclip {p.unclip_ratio}); "
+            f"input {self._input!r}, {p.limit} side {p.limit_side}"
         )
 
     @property
@@ -83,10 +91,16 @@ class TextDetection(Task):
         if len(inputs) != 1 or len(inputs[0].shape) != 4:
             found = ", ".join(f"{t.name!r} {list(t.shape)}" for t in inputs)
             raise ConfigError(f"text_detection expects one image input [N, 3, H, W]; the model has {found}")
-        maps = [o for o in outputs if len(o.shape) == 4 and (o.shape[1] in (1, None) or isinstance(o.shape[1], str))]
+        maps = [
+            o
+            for o in outputs
+            if len(o.shape) == 4 and (o.shape[1] in (1, None) or isinstance(o.shape[1], str))
+        ]
         if len(outputs) != 1 or not maps:
             found = ", ".join(f"{t.name!r} {list(t.shape)}" for t in outputs)
-            raise ConfigError(f"text_detection expects one output [N, 1, H, W] (a probability map); the model has {found}")
+            raise ConfigError(
+                f"text_detection expects one output [N, 1, H, W] (a probability map); the model has {found}"
+            )
         self._input, self._output = inputs[0].name, outputs[0].name
 
     def input_spec(self, frame_width: int, frame_height: int) -> TensorSpec:
@@ -97,11 +111,15 @@ class TextDetection(Task):
         height, width = frame.shape[:2]
         size = self._size(width, height)
         if out.shape != (1, 3, size[1], size[0]):
-            raise ValueError(f"text_detection: input buffer is {out.shape}, expected (1, 3, {size[1]}, {size[0]})")
+            raise ValueError(
+                f"text_detection: input buffer is {out.shape}, expected (1, 3, {size[1]}, {size[0]})"
+            )
         image = cv2.resize(frame, size) if size != (width, height) else frame
         order = (0, 1, 2) if self.params.channels == "bgr" else (2, 1, 0)
         for plane, source in enumerate(order):
-            np.multiply(image[:, :, source], np.float32(1.0 / 255.0 / _STD), out=out[0, plane], casting="unsafe")
+            np.multiply(
+                image[:, :, source], np.float32(1.0 / 255.0 / _STD), out=out[0, plane], casting="unsafe"
+            )
             out[0, plane] -= np.float32(_MEAN / _STD)
         return {}
 
@@ -111,7 +129,9 @@ class TextDetection(Task):
         name = self._output or next(iter(outputs))
         value = np.asarray(outputs[name], dtype=np.float32)
         if value.ndim != 4:
-            raise ValueError(f"text_detection: output {name!r} has shape {list(value.shape)}, expected [N, 1, H, W]")
+            raise ValueError(
+                f"text_detection: output {name!r} has shape {list(value.shape)}, expected [N, 1, H, W]"
+            )
         quads = db_boxes(value[0, 0], self.params, frame_width, frame_height)
         records = []
         for quad, score in quads:

@@ -34,7 +34,9 @@ class TextRecognitionParams(TaskParams):
     characters: FilePath | None = Field(
         None, description="A characters file (one per line); default: the model's metadata `character`."
     )
-    channels: Literal["bgr", "rgb"] = Field("bgr", description="Channel order fed to the model (rapidocr: BGR).")
+    channels: Literal["bgr", "rgb"] = Field(
+        "bgr", description="Channel order fed to the model (rapidocr: BGR)."
+    )
     min_score: float = Field(
         0.5, ge=0.0, le=1.0, description="Texts scoring below this are not attached (rapidocr's text_score)."
     )
@@ -78,7 +80,8 @@ class TextRecognition(ObjectTask):
             )
 
     def summary(self) -> str:
-        return f"text_recognition: CTC over {len(self.characters) - 2} characters, input height {self.params.height}"
+        count = len(self.characters) - 2
+        return f"text_recognition: CTC over {count} characters, input height {self.params.height}"
 
     @property
     def input_name(self) -> str:
@@ -128,13 +131,17 @@ class TextRecognition(ObjectTask):
         resized = cv2.resize(np.ascontiguousarray(crop), (resized_width, height)).astype(np.float32)
         if self.params.channels == "rgb":
             resized = resized[:, :, ::-1]
-        out[:, :, :resized_width] = resized.transpose(2, 0, 1) / np.float32(255.0) / np.float32(0.5) - np.float32(1.0)
+        out[:, :, :resized_width] = resized.transpose(2, 0, 1) / np.float32(255.0) / np.float32(
+            0.5
+        ) - np.float32(1.0)
 
     def decode(self, outputs: Mapping[str, np.ndarray], count: int) -> list[ObjectResult]:
         name = self._output or next(iter(outputs))
         preds = np.asarray(outputs[name], dtype=np.float32)
         if preds.ndim != 3 or preds.shape[0] != count:
-            raise ValueError(f"text_recognition: output {name!r} has shape {list(preds.shape)} for {count} crops")
+            raise ValueError(
+                f"text_recognition: output {name!r} has shape {list(preds.shape)} for {count} crops"
+            )
         best = preds.argmax(axis=2)
         probability = preds.max(axis=2)
         results = []
@@ -144,6 +151,8 @@ class TextRecognition(ObjectTask):
             keep &= indices != 0
             text = "".join(self.characters[i] if i < len(self.characters) else "" for i in indices[keep])
             score = float(probs[keep].mean()) if keep.any() else 0.0
-            attributes = {"text": text, "score": round(score, 4)} if text and score >= self.params.min_score else None
+            attributes = (
+                {"text": text, "score": round(score, 4)} if text and score >= self.params.min_score else None
+            )
             results.append(ObjectResult(attributes))
         return results

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from bench import references as R
-from tests.e2e.helpers import ROOT, VIDEOS, decoded_frames, read_jsonl, run_cli
 from bench.text_clip import text_frames, write_frames
+from tests.e2e.helpers import ROOT, VIDEOS, decoded_frames, read_jsonl, run_cli
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,7 +55,9 @@ def _cut(tmp: Path, video: str, start: int, count: int) -> Path:
 def _agreement(reference: list[np.ndarray], records: list[dict[str, Any]]) -> tuple[int, int, int]:
     """(reference boxes matched at IoU >= 0.9, reference boxes, our boxes) over every frame."""
     assert len(reference) == len(records)
-    pairs = sum(len(R.matched(ref, _boxes(rec), MIN_IOU)) for ref, rec in zip(reference, records, strict=True))
+    pairs = sum(
+        len(R.matched(ref, _boxes(rec), MIN_IOU)) for ref, rec in zip(reference, records, strict=True)
+    )
     return pairs, sum(len(r) for r in reference), sum(len(_boxes(r)) for r in records)
 
 
@@ -120,15 +122,30 @@ def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path)
     (two preprocess workers; the track and secondary stages ordered per source)."""
     count = 45
     clip = VIDEOS / "signs.mp4"
-    fast = ("--set", "model.limit=max", "--set", "model.limit_side=640", "--set", f"sources.0.max_frames={count}")
+    fast = (
+        "--set",
+        "model.limit=max",
+        "--set",
+        "model.limit_side=640",
+        "--set",
+        f"sources.0.max_frames={count}",
+    )
     config = CONFIGS / "tracking.yaml"
-    every = _job(tmp_path / "every", config, clip, *fast, "--set", "tracking.interval=0", "--set", "secondary=[]")
+    every = _job(
+        tmp_path / "every", config, clip, *fast, "--set", "tracking.interval=0", "--set", "secondary=[]"
+    )
     _, truth = text_frames(count)
     truth_boxes = [{k: np.array(v, dtype=np.float64) for k, v in frame.items()} for frame in truth]
     ours = R.id_switches(truth_boxes, [_tracks(r) for r in every])
     detector = [(_boxes(r), np.array([d["score"] for d in r["results"]["detections"]])) for r in every]
     per_frame = R.supervision_tracks(detector, track_activation_threshold=0.5)
-    theirs = R.id_switches(truth_boxes, [[(boxes[i], t) for i, t in ids.items()] for (boxes, _), ids in zip(detector, per_frame)])
+    theirs = R.id_switches(
+        truth_boxes,
+        [
+            [(boxes[i], t) for i, t in ids.items()]
+            for (boxes, _), ids in zip(detector, per_frame, strict=True)
+        ],
+    )
     assert ours == 0 and ours <= theirs, (ours, theirs)
     assert all(len(_tracks(r)) == len(truth[0]) for r in every[1:])
 
@@ -136,9 +153,14 @@ def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path)
     skipping = _job(tmp_path / "skip", config, clip, *fast, *split)
     ran = [r["seq"] for r in skipping if not any(d.get("predicted") for d in r["results"]["detections"])]
     assert ran == list(range(0, count, 3))  # the detector's frames: 15 of 45
-    texts = {d["track_id"]: d.get("attributes", {}).get("text", {}).get("text") for d in skipping[-1]["results"]["detections"]}
+    texts = {
+        d["track_id"]: d.get("attributes", {}).get("text", {}).get("text")
+        for d in skipping[-1]["results"]["detections"]
+    }
     # Every track was read (once per 10 frames); the recogniser keeps or drops a space at this size.
-    assert sorted(str(t).replace(" ", "") for t in texts.values()) == sorted(t.replace(" ", "") for t in truth[0])
+    assert sorted(str(t).replace(" ", "") for t in texts.values()) == sorted(
+        t.replace(" ", "") for t in truth[0]
+    )
     overlaps = []
     for record, reference in zip(skipping, every, strict=True):
         if record["seq"] % 3:
@@ -167,8 +189,17 @@ def test_validate_says_how_each_model_is_read_and_bad_ones_stop_at_start(tmp_pat
     assert lines[2] == "  secondary.0 (text): text_recognition: CTC over 6623 characters, input height 48"
     done = run_cli("validate", "-c", str(CONFIGS / "yolox.yaml"))
     assert "detection: format yolox (3549 rows = the grid cells at the strides), 1 classes" in done.stdout
-    bad = run_cli("run", "-c", str(CONFIGS / "ocr.yaml"), "--set", "model.path=assets/models/u2netp/u2netp.onnx",
-                  "--set", "model.task=matting", "--set", f"outputs=[{{kind: jsonl, path: '{tmp_path}/x.jsonl'}}]")
+    bad = run_cli(
+        "run",
+        "-c",
+        str(CONFIGS / "ocr.yaml"),
+        "--set",
+        "model.path=assets/models/u2netp/u2netp.onnx",
+        "--set",
+        "model.task=matting",
+        "--set",
+        f"outputs=[{{kind: jsonl, path: '{tmp_path}/x.jsonl'}}]",
+    )
     assert bad.returncode == 2
     assert [line for line in bad.stderr.splitlines() if line.strip()] == [
         "framewire: error: secondary.0: needs a model that gives boxes, but model.task 'matting' gives none "

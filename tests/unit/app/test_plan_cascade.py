@@ -45,7 +45,9 @@ def _error(config: Any) -> str:
 
 def _model_with_output(path: Path, shape: list[int]) -> str:
     """A tiny ONNX model: image input, one output of `shape` (a constant)."""
-    value = helper.make_tensor("value", onnx.TensorProto.FLOAT, shape, np.zeros(shape, np.float32).ravel().tolist())
+    value = helper.make_tensor(
+        "value", onnx.TensorProto.FLOAT, shape, np.zeros(shape, np.float32).ravel().tolist()
+    )
     graph = helper.make_graph(
         [helper.make_node("Constant", [], ["output0"], value=value)],
         "m",
@@ -87,9 +89,15 @@ def test_a_secondary_model_on_a_primary_that_gives_no_boxes() -> None:
     ("secondary", "expected"),
     [
         ({"task": "matting"}, "secondary.0.task: 'matting' does not run on objects"),
-        ({"task": "text_recognition", "classes": ["txt"]}, "secondary.0.classes: 'txt' is not a label of the model (labels: text)"),
+        (
+            {"task": "text_recognition", "classes": ["txt"]},
+            "secondary.0.classes: 'txt' is not a label of the model (labels: text)",
+        ),
         ({"task": "text_recognition", "min_scor": 1}, "secondary.0.min_scor: Extra inputs are not permitted"),
-        ({"task": "text_recognition", "path": "nope.onnx"}, "secondary.0.path: model file not found: nope.onnx"),
+        (
+            {"task": "text_recognition", "path": "nope.onnx"},
+            "secondary.0.path: model file not found: nope.onnx",
+        ),
     ],
 )
 def test_secondary_errors_name_the_key(secondary: dict[str, Any], expected: str) -> None:
@@ -99,11 +107,18 @@ def test_secondary_errors_name_the_key(secondary: dict[str, Any], expected: str)
 
 def test_config_level_errors_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"secondary.0.reinfer_every: needs tracking"):
-        _config({"path": DET, "task": "text_detection"},
-                secondary=[{"name": "t", "path": REC, "task": "text_recognition", "reinfer_every": 5}])
+        _config(
+            {"path": DET, "task": "text_detection"},
+            secondary=[{"name": "t", "path": REC, "task": "text_recognition", "reinfer_every": 5}],
+        )
     with pytest.raises(ConfigError, match=r"secondary.1.name: duplicate name 't'"):
-        _config({"path": DET, "task": "text_detection"}, secondary=[
-            {"name": "t", "path": REC, "task": "text_recognition"}, {"name": "t", "path": REC, "task": "text_recognition"}])
+        _config(
+            {"path": DET, "task": "text_detection"},
+            secondary=[
+                {"name": "t", "path": REC, "task": "text_recognition"},
+                {"name": "t", "path": REC, "task": "text_recognition"},
+            ],
+        )
     with pytest.raises(ConfigError, match=r"model.task: 'text_recognition' runs on detected objects"):
         check(_config({"path": REC, "task": "text_recognition"}))
 
@@ -114,7 +129,10 @@ def test_stages_of_a_tracking_cascade_split_and_fused() -> None:
     split = build_plan(_config(model, secondary=secondary, tracking={"interval": 2}), check_engine=False)
     assert split.stage_names == ("preprocess", "infer", "postprocess", "track", "secondary")
     assert split.ordered == frozenset({"track", "secondary"})
-    plain = build_plan(_config(model, secondary=[{"name": "text", "path": REC, "task": "text_recognition"}]), check_engine=False)
+    plain = build_plan(
+        _config(model, secondary=[{"name": "text", "path": REC, "task": "text_recognition"}]),
+        check_engine=False,
+    )
     assert plain.ordered == frozenset()  # no tracking, no per-track reuse: nothing stateful
     fused = build_plan(_config(model, tracking={}, stages={"fuse": True}), check_engine=False)
     assert fused.stage_names == ("infer",) and fused.ordered == frozenset({"infer"})

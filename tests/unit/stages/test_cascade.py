@@ -33,7 +33,9 @@ class MeanEngine(Engine):
         self.outputs = (TensorSpec("scores", F32, (batch, 2)),)
         self.batches: list[int] = []
 
-    def infer(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def infer(
+        self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         x = feeds["input"]
         self.batches.append(x.shape[0])
         bright = x[:, 0].mean(axis=(1, 2))
@@ -56,7 +58,9 @@ class _Pool:
 
 
 def _classifier(**params: Any) -> Classification:
-    info = ModelInfo("cls.onnx", (TensorSpec("input", F32, (1, 3, 8, 8)),), (TensorSpec("scores", F32, (1, 2)),))
+    info = ModelInfo(
+        "cls.onnx", (TensorSpec("input", F32, (1, 3, 8, 8)),), (TensorSpec("scores", F32, (1, 2)),)
+    )
     task = resolve_object_task("classification", {"labels": ["dark", "bright"], **params}, "secondary.0")
     assert isinstance(task, Classification)
     task.use_model(info)
@@ -84,7 +88,9 @@ def _scene() -> tuple[np.ndarray, list[dict[str, Any]]]:
     return image, objects
 
 
-def _frame(seq: int = 0, objects: list[dict[str, Any]] | None = None, image: np.ndarray | None = None) -> Frame:
+def _frame(
+    seq: int = 0, objects: list[dict[str, Any]] | None = None, image: np.ndarray | None = None
+) -> Frame:
     scene_image, scene_objects = _scene()
     frame = Frame("cam", seq, seq, 0.0, 400, 100, slot=0, pool=_Pool(scene_image if image is None else image))  # type: ignore[arg-type]
     frame.result = {"detections": scene_objects if objects is None else objects}

@@ -67,9 +67,18 @@ def test_separate_outputs_are_found_by_name() -> None:
 @pytest.mark.parametrize(
     ("outputs", "fragment"),
     [
-        ([TensorSpec("output0", F32, (1, 3, 80, 80, 85))], "the model's output 'output0' [1, 3, 80, 80, 85] fit no"),
-        ([TensorSpec("out", F32, ("n", "rows", 6))], "the model's output 'out' ['n', 'rows', 6] cannot be told apart"),
-        ([TensorSpec("a", F32, (1, 10)), TensorSpec("b", F32, (1, 20))], "the model's outputs 'a' [1, 10], 'b' [1, 20] fit no"),
+        (
+            [TensorSpec("output0", F32, (1, 3, 80, 80, 85))],
+            "the model's output 'output0' [1, 3, 80, 80, 85] fit no",
+        ),
+        (
+            [TensorSpec("out", F32, ("n", "rows", 6))],
+            "the model's output 'out' ['n', 'rows', 6] cannot be told apart",
+        ),
+        (
+            [TensorSpec("a", F32, (1, 10)), TensorSpec("b", F32, (1, 20))],
+            "the model's outputs 'a' [1, 10], 'b' [1, 20] fit no",
+        ),
     ],
 )
 def test_a_model_that_fits_no_format_is_refused_in_one_line_naming_the_output(
@@ -82,24 +91,34 @@ def test_a_model_that_fits_no_format_is_refused_in_one_line_naming_the_output(
 
 
 def test_a_named_format_is_checked_against_the_shape() -> None:
-    with pytest.raises(ConfigError, match=r"^model.format: yolov8 needs output 'out' as \[B, 4\+C, N\], found \[1, 2, 10\]$"):
+    with pytest.raises(
+        ConfigError, match=r"^model.format: yolov8 needs output 'out' as \[B, 4\+C, N\], found \[1, 2, 10\]$"
+    ):
         _task(_info(TensorSpec("out", F32, (1, 2, 10))), format="yolov8")
-    with pytest.raises(ConfigError, match=r"yolox output 'out' \[1, 90, 6\] has 90 rows, but the grid .* has 84 cells"):
+    with pytest.raises(
+        ConfigError, match=r"yolox output 'out' \[1, 90, 6\] has 90 rows, but the grid .* has 84 cells"
+    ):
         _task(_info(TensorSpec("out", F32, (1, 90, 6))), format="yolox")
 
 
-def _decode(task: Detection, name: str, value: np.ndarray, frame: tuple[int, int] = (64, 64)) -> list[dict[str, Any]]:
+def _decode(
+    task: Detection, name: str, value: np.ndarray, frame: tuple[int, int] = (64, 64)
+) -> list[dict[str, Any]]:
     return task.postprocess({name: value.astype(np.float32)[None]}, {}, *frame).data[detections.KEY]
 
 
 def test_yolov8_rows_decode_to_frame_boxes_with_labels() -> None:
-    task = _task(_info(TensorSpec("out", F32, (1, 6, 4))), format="yolov8", labels=("cat", "dog"), score_threshold=0.5)
-    rows = np.array([  # per anchor: cx, cy, w, h, score(cat), score(dog)
-        [32.0, 16.0, 20.0, 10.0, 0.9, 0.1],
-        [10.0, 10.0, 4.0, 4.0, 0.2, 0.3],  # below the threshold
-        [40.0, 40.0, 8.0, 8.0, 0.1, 0.7],
-        [32.5, 16.0, 20.0, 10.0, 0.6, 0.0],  # a worse copy of the first: suppressed
-    ])
+    task = _task(
+        _info(TensorSpec("out", F32, (1, 6, 4))), format="yolov8", labels=("cat", "dog"), score_threshold=0.5
+    )
+    rows = np.array(
+        [  # per anchor: cx, cy, w, h, score(cat), score(dog)
+            [32.0, 16.0, 20.0, 10.0, 0.9, 0.1],
+            [10.0, 10.0, 4.0, 4.0, 0.2, 0.3],  # below the threshold
+            [40.0, 40.0, 8.0, 8.0, 0.1, 0.7],
+            [32.5, 16.0, 20.0, 10.0, 0.6, 0.0],  # a worse copy of the first: suppressed
+        ]
+    )
     found = _decode(task, "out", rows.T)
     assert [(d["label"], d["class_id"], d["score"]) for d in found] == [("cat", 0, 0.9), ("dog", 1, 0.7)]
     assert found[0]["box"] == [22.0, 11.0, 20.0, 10.0] and found[1]["box"] == [36.0, 36.0, 8.0, 8.0]
@@ -129,27 +148,37 @@ def test_end2end_rows_keep_their_order_and_skip_nms() -> None:
     rows = np.array([[0, 0, 10, 10, 0.9, 2], [1, 1, 11, 11, 0.8, 2], [5, 5, 6, 6, 0.1, 0]])
     found = _decode(task, "out", rows)
     assert [(d["box"], d["score"], d["class_id"]) for d in found] == [
-        ([0.0, 0.0, 10.0, 10.0], 0.9, 2), ([1.0, 1.0, 10.0, 10.0], 0.8, 2)]  # overlapping, both kept
+        ([0.0, 0.0, 10.0, 10.0], 0.9, 2),
+        ([1.0, 1.0, 10.0, 10.0], 0.8, 2),
+    ]  # overlapping, both kept
 
 
 def test_separate_outputs_with_a_count_and_normalised_centre_boxes() -> None:
     outputs = (
-        TensorSpec("boxes", F32, (1, 3, 4)), TensorSpec("scores", F32, (1, 3)),
-        TensorSpec("labels", np.dtype(np.int64), (1, 3)), TensorSpec("num", np.dtype(np.int64), (1, 1)),
+        TensorSpec("boxes", F32, (1, 3, 4)),
+        TensorSpec("scores", F32, (1, 3)),
+        TensorSpec("labels", np.dtype(np.int64), (1, 3)),
+        TensorSpec("num", np.dtype(np.int64), (1, 1)),
     )
     task = _task(_info(*outputs), box_format="cxcywh", box_units="normalized", resize="stretch")
     arrays = {
         "boxes": np.array([[[0.5, 0.5, 0.25, 0.5], [0.1, 0.1, 0.1, 0.1], [0.9, 0.9, 0.1, 0.1]]], np.float32),
         "scores": np.array([[0.9, 0.8, 0.95]], np.float32),
-        "labels": np.array([[3, 1, 2]]), "num": np.array([[2]]),
+        "labels": np.array([[3, 1, 2]]),
+        "num": np.array([[2]]),
     }
     found = task.postprocess(arrays, {}, 128, 64).data[detections.KEY]
     # Stretch 128x64 -> 64x64: x back at twice the scale; the third row is past the count.
-    assert [(d["box"], d["class_id"]) for d in found] == [([48.0, 16.0, 32.0, 32.0], 3), ([6.4, 3.2, 12.8, 6.4], 1)]
+    assert [(d["box"], d["class_id"]) for d in found] == [
+        ([48.0, 16.0, 32.0, 32.0], 3),
+        ([6.4, 3.2, 12.8, 6.4], 1),
+    ]
 
 
 def test_nms_is_class_aware_or_agnostic() -> None:
-    rows = np.array([[20.0, 20.0, 20.0, 20.0, 0.9, 0.0], [21.0, 20.0, 20.0, 20.0, 0.0, 0.8]])  # two classes, one place
+    rows = np.array(
+        [[20.0, 20.0, 20.0, 20.0, 0.9, 0.0], [21.0, 20.0, 20.0, 20.0, 0.0, 0.8]]
+    )  # two classes, one place
     aware = _task(_info(TensorSpec("out", F32, (1, 6, 2))), format="yolov8", nms="class")
     agnostic = _task(_info(TensorSpec("out", F32, (1, 6, 2))), format="yolov8", nms="agnostic")
     assert len(_decode(aware, "out", rows.T)) == 2
@@ -163,7 +192,9 @@ def test_class_filter_by_label_or_id() -> None:
     spec = TensorSpec("out", F32, (1, 6, 2))
     named = _task(_info(spec), format="yolov8", labels=("a", "b"), classes=("b",))
     assert [d["label"] for d in _decode(named, "out", rows.T)] == ["b"]
-    assert [d["class_id"] for d in _decode(_task(_info(spec), format="yolov8", classes=(0,)), "out", rows.T)] == [0]
+    assert [
+        d["class_id"] for d in _decode(_task(_info(spec), format="yolov8", classes=(0,)), "out", rows.T)
+    ] == [0]
 
 
 def test_labels_from_a_file_the_metadata_or_the_config(tmp_path: Path) -> None:
@@ -188,19 +219,35 @@ def test_labels_that_do_not_match_the_class_count_are_refused(tmp_path: Path) ->
 
 
 def test_class_filter_names_must_be_labels() -> None:
-    with pytest.raises(ConfigError, match=r"^model.classes: 'persn' is not a label of the model \(labels: person, car\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^model.classes: 'persn' is not a label of the model \(labels: person, car\)$"
+    ):
         _task(_info(TensorSpec("out", F32, (1, 6, 10))), labels=("person", "car"), classes=("persn",))
-    with pytest.raises(ConfigError, match=r"^model.classes: class id 5 is out of range \(the model has 2 classes\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^model.classes: class id 5 is out of range \(the model has 2 classes\)$"
+    ):
         _task(_info(TensorSpec("out", F32, (1, 6, 10))), classes=(5,))
 
 
 def test_a_model_without_a_fixed_size_needs_one_given() -> None:
     dynamic = TensorSpec("images", F32, ("b", 3, "h", "w"))
     out = TensorSpec("out", F32, (1, 6, "n"))
-    with pytest.raises(ConfigError, match=r"^model.input_size: the model's input 'images' .* has no fixed size"):
+    with pytest.raises(
+        ConfigError, match=r"^model.input_size: the model's input 'images' .* has no fixed size"
+    ):
         _task(_info(out, inputs=(dynamic,)))
-    assert _task(_info(out, inputs=(dynamic,), imgsz="[320, 320]")).input_spec(640, 480).shape == (1, 3, 320, 320)
-    assert _task(_info(out, inputs=(dynamic,)), input_size=[96, 64]).input_spec(640, 480).shape == (1, 3, 64, 96)
+    assert _task(_info(out, inputs=(dynamic,), imgsz="[320, 320]")).input_spec(640, 480).shape == (
+        1,
+        3,
+        320,
+        320,
+    )
+    assert _task(_info(out, inputs=(dynamic,)), input_size=[96, 64]).input_spec(640, 480).shape == (
+        1,
+        3,
+        64,
+        96,
+    )
 
 
 def test_input_size_given_or_auto_makes_fixed_dims_dynamic() -> None:
@@ -216,7 +263,13 @@ def test_input_size_given_or_auto_makes_fixed_dims_dynamic() -> None:
 @pytest.mark.parametrize(("pad", "offset"), [("center", (16, 0)), ("top_left", (0, 0))])
 def test_letterbox_fill_places_scales_and_normalises(pad: str, offset: tuple[int, int]) -> None:
     """A 32x64 frame (w x h) into 64x64: scale 1, padded in x. RGB, 1/255, mean/std per channel."""
-    task = _task(_info(TensorSpec("out", F32, (1, 6, 84))), pad=pad, pad_value=100, mean=(0.5, 0.0, 0.0), std=(0.5, 1.0, 2.0))
+    task = _task(
+        _info(TensorSpec("out", F32, (1, 6, 84))),
+        pad=pad,
+        pad_value=100,
+        mean=(0.5, 0.0, 0.0),
+        std=(0.5, 1.0, 2.0),
+    )
     frame = np.zeros((64, 32, 3), dtype=np.uint8)
     frame[..., 0], frame[..., 1], frame[..., 2] = 10, 20, 255  # B, G, R
     buffer = np.full((1, 3, 64, 64), np.nan, dtype=np.float32)
@@ -239,11 +292,24 @@ def test_resize_to_the_height_pads_on_the_right_as_paddleocr_does() -> None:
     task = _task(_info(spec, inputs=(TensorSpec("images", F32, (1, 3, 48, 192)),)), resize="height")
     assert task.image.geometry(100, 20).resized_width == 192  # ceil(48 * 5) = 240, capped
     g = task.image.geometry(60, 30)  # ceil(48 * 2) = 96 wide, 48 high
-    assert (g.resized_width, g.resized_height, g.pad_x, g.pad_y, g.scale_x, g.scale_y) == (96, 48, 0, 0, 1.6, 1.6)
+    assert (g.resized_width, g.resized_height, g.pad_x, g.pad_y, g.scale_x, g.scale_y) == (
+        96,
+        48,
+        0,
+        0,
+        1.6,
+        1.6,
+    )
 
 
 def test_bgr_raw_pixels_and_floor_rounding_as_yolox_does() -> None:
-    task = _task(_info(TensorSpec("out", F32, (1, 84, 6))), channels="bgr", scale="none", pad="top_left", rounding="floor")
+    task = _task(
+        _info(TensorSpec("out", F32, (1, 84, 6))),
+        channels="bgr",
+        scale="none",
+        pad="top_left",
+        rounding="floor",
+    )
     frame = np.zeros((27, 64, 3), dtype=np.uint8)  # scale 1: 27 rows, floor and round agree
     frame[..., 0] = 7
     buffer = np.zeros((1, 3, 64, 64), dtype=np.float32)

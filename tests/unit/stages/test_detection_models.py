@@ -20,7 +20,13 @@ from stages.tasks.detection_formats import grid_cells
 pytestmark = pytest.mark.timeout(120)
 
 YOLOX = Path(__file__).resolve().parents[3] / "assets/models/yolox_ddddocr/common_det.onnx"
-PREPROCESS = {"rounding": "floor", "pad": "top_left", "channels": "bgr", "scale": "none", "score_threshold": 0.1}
+PREPROCESS = {
+    "rounding": "floor",
+    "pad": "top_left",
+    "channels": "bgr",
+    "scale": "none",
+    "score_threshold": 0.1,
+}
 
 
 def _decoded_copy(path: Path, out: Path) -> Path:
@@ -36,21 +42,27 @@ def _decoded_copy(path: Path, out: Path) -> Path:
     step = np.concatenate(steps)[None].astype(np.float32)
     assert grid.shape[1] == grid_cells(416, 416, (8, 16, 32))
     constants = {
-        "grid": grid, "step": step,
-        "s0": np.array([0], np.int64), "s2": np.array([2], np.int64), "s4": np.array([4], np.int64),
-        "end": np.array([1 << 30], np.int64), "axis": np.array([2], np.int64),
+        "grid": grid,
+        "step": step,
+        "s0": np.array([0], np.int64),
+        "s2": np.array([2], np.int64),
+        "s4": np.array([4], np.int64),
+        "end": np.array([1 << 30], np.int64),
+        "axis": np.array([2], np.int64),
     }
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
-    model.graph.node.extend([
-        helper.make_node("Slice", [raw, "s0", "s2", "axis"], ["xy"]),
-        helper.make_node("Slice", [raw, "s2", "s4", "axis"], ["wh"]),
-        helper.make_node("Slice", [raw, "s4", "end", "axis"], ["rest"]),
-        helper.make_node("Add", ["xy", "grid"], ["xy_grid"]),
-        helper.make_node("Mul", ["xy_grid", "step"], ["xy_px"]),
-        helper.make_node("Exp", ["wh"], ["wh_exp"]),
-        helper.make_node("Mul", ["wh_exp", "step"], ["wh_px"]),
-        helper.make_node("Concat", ["xy_px", "wh_px", "rest"], ["decoded"], axis=2),
-    ])
+    model.graph.node.extend(
+        [
+            helper.make_node("Slice", [raw, "s0", "s2", "axis"], ["xy"]),
+            helper.make_node("Slice", [raw, "s2", "s4", "axis"], ["wh"]),
+            helper.make_node("Slice", [raw, "s4", "end", "axis"], ["rest"]),
+            helper.make_node("Add", ["xy", "grid"], ["xy_grid"]),
+            helper.make_node("Mul", ["xy_grid", "step"], ["xy_px"]),
+            helper.make_node("Exp", ["wh"], ["wh_exp"]),
+            helper.make_node("Mul", ["wh_exp", "step"], ["wh_px"]),
+            helper.make_node("Concat", ["xy_px", "wh_px", "rest"], ["decoded"], axis=2),
+        ]
+    )
     del model.graph.output[:]
     model.graph.output.append(helper.make_tensor_value_info("decoded", onnx.TensorProto.FLOAT, [1, 3549, 6]))
     onnx.save(model, str(out))

@@ -21,7 +21,9 @@ from stages.tasks.text_recognition import TextRecognition
 pytestmark = pytest.mark.timeout(60)
 
 F32 = np.dtype(np.float32)
-DET_INFO = ModelInfo("det.onnx", (TensorSpec("x", F32, ("n", 3, "h", "w")),), (TensorSpec("map", F32, ("n", 1, "h", "w")),))
+DET_INFO = ModelInfo(
+    "det.onnx", (TensorSpec("x", F32, ("n", 3, "h", "w")),), (TensorSpec("map", F32, ("n", 1, "h", "w")),)
+)
 
 
 def _detector(**params: Any) -> TextDetection:
@@ -59,13 +61,19 @@ def test_db_boxes_come_in_reading_order() -> None:
     probability[30:40, 70:100] = 0.9  # second line
     probability[10:20, 60:100] = 0.9  # first line, right
     probability[11:21, 5:40] = 0.9  # first line, left, one pixel lower
-    found = _detector(unclip_ratio=0.5).postprocess({"map": probability[None, None]}, {}, 128, 64).data[detections.KEY]
+    found = (
+        _detector(unclip_ratio=0.5)
+        .postprocess({"map": probability[None, None]}, {}, 128, 64)
+        .data[detections.KEY]
+    )
     assert [round(d["box"][0] / 10) for d in found] == [0, 6, 7]
 
 
 def _recogniser(characters: str = "a\nb\nc", classes: int = 5, **params: Any) -> TextRecognition:
     info = ModelInfo(
-        "rec.onnx", (TensorSpec("x", F32, ("n", 3, 48, "w")),), (TensorSpec("y", F32, ("n", "t", classes)),),
+        "rec.onnx",
+        (TensorSpec("x", F32, ("n", 3, 48, "w")),),
+        (TensorSpec("y", F32, ("n", "t", classes)),),
         {"character": characters},
     )
     task = resolve_object_task("text_recognition", params, "secondary.0")
@@ -83,7 +91,9 @@ def _steps(indices: list[int], classes: int = 5, probability: float = 0.9) -> np
 def test_ctc_decoding_merges_repeats_and_drops_blanks() -> None:
     task = _recogniser()
     # blank 0, a 1, b 2, c 3, space 4: "a a _ b _ b space c" -> "abb c"
-    preds = np.stack([_steps([1, 1, 0, 2, 0, 2, 4, 3]), _steps([0, 0, 0, 0, 0, 0, 0, 0]), _steps([3] * 8, probability=0.4)])
+    preds = np.stack(
+        [_steps([1, 1, 0, 2, 0, 2, 4, 3]), _steps([0, 0, 0, 0, 0, 0, 0, 0]), _steps([3] * 8, probability=0.4)]
+    )
     results = task.decode({"y": preds}, 3)
     assert results[0].attributes == {"text": "abb c", "score": 0.9}
     assert results[1].attributes is None  # nothing read
@@ -108,7 +118,9 @@ def test_crops_are_batched_by_width_and_zero_padded() -> None:
     narrow, wide = batches
     assert narrow.feeds.shape == (2, 3, 48, 320)  # at least 320 wide
     assert wide.feeds.shape == (1, 3, 48, 960)  # 48 * 20
-    assert (narrow.feeds[0, :, :, :72] == 1.0).all() and (narrow.feeds[0, :, :, 72:] == 0.0).all()  # ceil(48*1.5)
+    assert (narrow.feeds[0, :, :, :72] == 1.0).all() and (
+        narrow.feeds[0, :, :, 72:] == 0.0
+    ).all()  # ceil(48*1.5)
 
 
 def test_text_is_cut_along_its_quad_and_turned_upright() -> None:
@@ -125,7 +137,9 @@ def test_text_is_cut_along_its_quad_and_turned_upright() -> None:
 
 
 def _classifier(classes: int = 3, **params: Any) -> Classification:
-    info = ModelInfo("cls.onnx", (TensorSpec("input", F32, (1, 3, 8, 8)),), (TensorSpec("logits", F32, (1, classes)),))
+    info = ModelInfo(
+        "cls.onnx", (TensorSpec("input", F32, (1, 3, 8, 8)),), (TensorSpec("logits", F32, (1, classes)),)
+    )
     task = resolve_task("classification", params)
     assert isinstance(task, Classification)
     task.use_model(info)
@@ -155,7 +169,10 @@ def test_classification_on_objects_and_as_embeddings() -> None:
 
 
 def test_classification_labels_must_match_the_classes() -> None:
-    with pytest.raises(ConfigError, match=r"^model.labels: 2 labels \(config\) but the model's output 'logits' has 3 classes$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.labels: 2 labels \(config\) but the model's output 'logits' has 3 classes$",
+    ):
         _classifier(labels=("a", "b"))
 
 
@@ -163,4 +180,6 @@ def test_blank_frames_give_no_text_box() -> None:
     frame = np.full((64, 128, 3), 180, dtype=np.uint8)
     cv2.putText(frame, "", (0, 0), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 0, 0))
     task = _detector()
-    assert task.postprocess({"map": np.zeros((1, 1, 64, 128), np.float32)}, {}, 128, 64).data == {"detections": []}
+    assert task.postprocess({"map": np.zeros((1, 1, 64, 128), np.float32)}, {}, 128, 64).data == {
+        "detections": []
+    }

@@ -95,7 +95,10 @@ def test_the_stage_gives_track_ids_and_predicts_skipped_frames() -> None:
     assert [d.get("track_id") for d in _run(stage, _frame(0, [_det(100), _det(300, label="bus")]))] == [1, 2]
     assert [d.get("track_id") for d in _run(stage, _frame(1, [_det(104), _det(304, label="bus")]))] == [1, 2]
     predicted = _run(stage, _frame(2, None))
-    assert [(d["track_id"], d["label"], d["predicted"]) for d in predicted] == [(1, "car", True), (2, "bus", True)]
+    assert [(d["track_id"], d["label"], d["predicted"]) for d in predicted] == [
+        (1, "car", True),
+        (2, "bus", True),
+    ]
     assert 104.0 < predicted[0]["box"][0] <= 108.0 and 304.0 < predicted[1]["box"][0] <= 308.0
     other = _run(stage, _frame(0, [_det(500)], source="other"))
     assert [d.get("track_id") for d in other] == [1]  # each source has its own tracks and ids
