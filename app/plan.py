@@ -18,11 +18,10 @@ from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
 from pipeline.errors import ConfigError
-from pipeline.frame import FrameSource
+from pipeline.frame import FrameSource, Stage
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
 from pipeline.remote import RemoteSettings
 from sources import build_source
-from pipeline.frame import Stage
 from stages.cascade import CascadeStage, Secondary
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
@@ -80,7 +79,6 @@ def build_secondaries(config: Config) -> list[Secondary]:
             )
         )
     return out
-
 
 
 # Factories: module-level so that spawn can pickle them by reference.
