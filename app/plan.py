@@ -20,6 +20,7 @@ from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, 
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource, Stage
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
+from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from pipeline.remote import RemoteSettings
 from sources import build_source
 from stages.cascade import CascadeStage, Secondary
@@ -158,9 +159,9 @@ def _after_model(config: Config) -> list[tuple[str, int, Any]]:
     """The stages between postprocess and composite: tracking, then the secondary models."""
     stages: list[tuple[str, int, Any]] = []
     if config.tracking:
-        stages.append(("track", config.stages.track.workers, functools.partial(_track, config)))
+        stages.append((TRACK, config.stages.track.workers, functools.partial(_track, config)))
     if config.secondary:
-        stages.append(("secondary", config.stages.secondary.workers, functools.partial(_cascade, config)))
+        stages.append((SECONDARY, config.stages.secondary.workers, functools.partial(_cascade, config)))
     return stages
 
 
@@ -170,13 +171,13 @@ def _composite(config: Config) -> CompositeStage:
 
 def _fused(config: Config) -> Fused:
     stages: list[tuple[str, Any]] = [
-        ("preprocess", _preprocess(config)),
-        ("infer", _infer(config)),
-        ("postprocess", _postprocess(config)),
+        (PREPROCESS, _preprocess(config)),
+        (INFER, _infer(config)),
+        (POSTPROCESS, _postprocess(config)),
     ]
     stages += [(name, factory()) for name, _, factory in _after_model(config)]
     if config.composite:
-        stages.append(("composite", _composite(config)))
+        stages.append((COMPOSITE, _composite(config)))
     return Fused(stages)
 
 
@@ -252,23 +253,23 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
     if check_engine:
         preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
-        ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
-        ("infer", infer_workers(config.engine), functools.partial(_infer, config)),
-        ("postprocess", config.stages.postprocess.workers, functools.partial(_postprocess, config)),
+        (PREPROCESS, config.stages.preprocess.workers, functools.partial(_preprocess, config)),
+        (INFER, infer_workers(config.engine), functools.partial(_infer, config)),
+        (POSTPROCESS, config.stages.postprocess.workers, functools.partial(_postprocess, config)),
     ]
     middle += _after_model(config)
     if config.composite:
-        middle.append(("composite", config.stages.composite.workers, functools.partial(_composite, config)))
+        middle.append((COMPOSITE, config.stages.composite.workers, functools.partial(_composite, config)))
     members: dict[str, tuple[str, ...]] = {}
     if config.stages.fuse:
-        members["infer"] = tuple(name for name, _, _ in middle)
-        middle = [("infer", infer_workers(config.engine), functools.partial(_fused, config))]
+        members[INFER] = tuple(name for name, _, _ in middle)
+        middle = [(INFER, infer_workers(config.engine), functools.partial(_fused, config))]
     outputs = tuple(
         (output_name(i, out.kind), functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
     )
     if config.stages.fuse_outputs and len(outputs) > 1:
-        members["outputs"] = tuple(name for name, _ in outputs)
-        outputs = (("outputs", functools.partial(_outputs, config)),)
+        members[OUTPUTS] = tuple(name for name, _ in outputs)
+        outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
     sources = tuple(source_plan(s) for s in config.sources)
     t = config.transport
     return Plan(
@@ -282,7 +283,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
         shutdown_timeout_s=t.shutdown_timeout_s,
         skip_failed_frames=config.stages.on_frame_error == "skip",
         stall_timeout_s=config.stages.stall_timeout_s,
-        stage_credits={"infer": max(t.credits_per_worker, 2 * config.engine.max_batch)},
+        stage_credits={INFER: max(t.credits_per_worker, 2 * config.engine.max_batch)},
         ipc_dir=t.ipc_dir,
         log_level=log_level,
         preload=PRELOAD,

@@ -5,4 +5,7 @@ them, without importing them itself first. A GPU backend's module is left out: i
 the infer worker alone.
 """
 
-PRELOAD = ("app.plan", "engines.onnxruntime")
+PRELOAD = ("app.plan", "engines.onnxruntime", "pipeline.stage_worker", "pipeline.source_worker", "pipeline.gcfreeze")
+"""The composition root (every stage, task and source it can build), the CPU backend and the two
+worker loops, so a worker imports nothing after it is forked that its siblings do not share; then
+`pipeline.gcfreeze`, last, so its garbage collection leaves those shared pages alone."""

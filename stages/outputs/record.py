@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from pipeline.frame import Frame
+from pipeline.names import COMPOSITE, DECODE, MIDDLE
 from stages.detections import EMBEDDINGS
 
 RECORD_VERSION = 2
-STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "track", "secondary", "composite")
+STAGE_ORDER = (DECODE, *MIDDLE)
 
 
 def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
         span = frame.timings.get(stage)
         if span:
             latency[stage] = round((span[1] - span[0]) * 1000.0, 3)
-    decode = frame.timings.get("decode")
+    decode = frame.timings.get(DECODE)
     if decode:
         latency["total"] = round((now - decode[0]) * 1000.0, 3)
     record: dict[str, Any] = {
@@ -55,6 +56,6 @@ def embedding_arrays(frame: Frame) -> list[tuple[str, np.ndarray]]:
 
 def composited_image(frame: Frame) -> Any:
     """The frame as the outputs should show it: composited if the composite stage ran on it."""
-    if "composite" in frame.timings and frame.has_region("output"):
+    if COMPOSITE in frame.timings and frame.has_region("output"):
         return frame.region("output")
     return frame.region("image")
