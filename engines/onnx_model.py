@@ -50,6 +50,18 @@ def describe(
     return inputs, outputs
 
 
+def read_model(
+    path: str | Path,
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], dict[str, str]]:
+    """Inputs, outputs (as declared in the file) and metadata (`metadata_props`) of a model file, in
+    one read: what a task takes from the model itself (Ultralytics' `names`, PaddleOCR's `character`)."""
+    model = _load(path)
+    weights = {init.name for init in model.graph.initializer}
+    inputs = tuple(_spec(value, path) for value in model.graph.input if value.name not in weights)
+    outputs = tuple(_spec(value, path) for value in model.graph.output)
+    return inputs, outputs, {prop.key: prop.value for prop in model.metadata_props}
+
+
 def _load(path: str | Path) -> onnx.ModelProto:
     import onnx  # lazy: only validate and dynamic-shape loading need it
 

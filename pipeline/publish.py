@@ -1,4 +1,4 @@
-"""The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes]`.
+"""The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes, arrays...]`.
 
 `pub` fans out to any number of subscribers; a subscriber that falls behind its high-water mark
 loses messages (ZeroMQ drops them silently, so they are counted here as the sends that could not be
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -72,12 +72,15 @@ class Publisher:
         header: dict[str, Any],
         image: bytes | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        arrays: Sequence[Any] = (),
     ) -> bool:
-        """Send one message; False when it was dropped (pub behind, or push stopped while waiting)."""
+        """Send one message; False when it was dropped (pub behind, or push stopped while waiting).
+        `arrays`: raw buffers sent after the image (the header describes them)."""
         assert self._sock is not None, "open() was not called"
-        parts: list[bytes] = [topic.encode(), json.dumps(header, separators=(",", ":")).encode()]
+        parts: list[Any] = [topic.encode(), json.dumps(header, separators=(",", ":")).encode()]
         if image is not None:
             parts.append(image)
+        parts.extend(arrays)
         if self.mode == "pub":
             try:
                 self._sock.send_multipart(parts, zmq.NOBLOCK)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import cv2
+import numpy as np
 
 from media.video_reader import StreamInfo
 from media.video_writer import VideoFileWriter
@@ -16,7 +17,7 @@ from pipeline.errors import FramewireError
 from pipeline.frame import Frame, Stage, StageContext
 from pipeline.publish import Publisher
 from stages.outputs.jsonl import JsonlWriter
-from stages.outputs.record import RECORD_VERSION, composited_image, frame_record
+from stages.outputs.record import RECORD_VERSION, composited_image, embedding_arrays, frame_record
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,8 @@ class JsonlSink(_PerSource):
 
 
 class ZmqSink(Stage):
-    """Publishes `[source_id, header JSON, optional JPEG]` for every frame of every source."""
+    """Publishes `[source_id, header JSON, optional JPEG, arrays...]` for every frame of every source;
+    the arrays are the secondary models' embeddings, described in the header's `arrays`."""
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
@@ -132,11 +134,18 @@ class ZmqSink(Stage):
                 raise FramewireError(f"zmq output: JPEG encoding failed for {frame.source_id}#{frame.seq}")
             image = encoded.tobytes()
             header["image"] = {"format": "jpeg", "bytes": len(image)}
-        self.publisher.send(frame.source_id, header, image)
+        arrays = embedding_arrays(frame)
+        if arrays:
+            header["arrays"] = [
+                {"name": name, "dtype": str(value.dtype), "shape": list(value.shape)}
+                for name, value in arrays
+            ]
+        buffers = [np.ascontiguousarray(value) for _, value in arrays]
+        self.publisher.send(frame.source_id, header, image, arrays=buffers)
         return ()
 
     def flush(self, source_id: str) -> Iterable[Frame]:
-        """Tell subscribers the source ended: `{"v": 1, "source": id, "eos": true}`."""
+        """Tell subscribers the source ended: `{"v": 2, "source": id, "eos": true}` (the record version)."""
         self.publisher.send(source_id, {"v": RECORD_VERSION, "source": source_id, "eos": True})
         return ()
 
