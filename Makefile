@@ -60,6 +60,9 @@ test: $(VENV)/.installed-$(EXTRAS)-test
 validate: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py validate -c configs/default.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/matting.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/yolox.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/ocr.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
 
 # What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
 # a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.

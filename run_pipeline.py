@@ -23,8 +23,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.commands import DEFAULT_CONFIG, MODULES, add_config_args, load_job
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+    from app.plan import Task
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -129,7 +134,23 @@ def _validate(args: argparse.Namespace) -> int:
         f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
         f"{len(config.outputs)} output(s))"
     )
+    _describe_models(config, task)
     return 0
+
+
+def _describe_models(config: Config, task: Task) -> None:
+    """How each model is read (format, input, labels): what a user bringing a model checks first."""
+    from app.plan import build_secondaries
+
+    if task.summary():
+        print(f"  model: {task.summary()}")
+    for i, secondary in enumerate(build_secondaries(config)):
+        if secondary.task.summary():
+            print(f"  secondary.{i} ({secondary.name}): {secondary.task.summary()}")
+    if config.tracking:
+        interval = config.tracking.interval
+        every = f", the model on one frame in {interval + 1}" if interval else ""
+        print(f"  tracking: {config.tracking.kind}{every}")
 
 
 class _Progress:

@@ -18,36 +18,82 @@ from engines.batch_rewrite import with_batch_axis
 from engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
 from pipeline.errors import ConfigError
-from pipeline.frame import FrameSource
+from pipeline.frame import FrameSource, Stage
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
-from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS
+from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from pipeline.remote import RemoteSettings
 from pipeline.uris import local_path, redact, source_kind
 from sources import build_source
+from stages.cascade import CascadeStage, Secondary
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
 from stages.preprocess import Preprocess
-from stages.tasks import resolve_task
-from stages.tasks.base import Task
+from stages.schedule import Schedule, Scheduled
+from stages.tasks import resolve_object_task, resolve_task
+from stages.tasks.base import ModelInfo, Task
+from stages.tasks.labels import class_filter
+from stages.tracking import TrackStage, resolve_tracking
 
 
 def build_task(config: Config) -> Task:
-    return resolve_task(config.model.task, config.model.params)
+    """The primary model's task, bound to what its model file says (input size, format, labels)."""
+    task = resolve_task(config.model.task, config.model.params)
+    task.use_model(model_info(config.model.path, "model.path"))
+    return task
+
+
+def model_info(path: str, key: str) -> ModelInfo:
+    """The model file's tensors and metadata (read once per process and file version)."""
+    file = Path(path)
+    try:
+        stat = file.stat()
+    except OSError:
+        raise ConfigError(f"{key}: model file not found: {path}") from None
+    return _model_info(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
+    from engines.onnx_model import read_model
+
+    inputs, outputs, metadata = read_model(path)
+    return ModelInfo(path, inputs, outputs, metadata)
 
 
 def build_composites(config: Config) -> list[Composite]:
     return [resolve_composite(c.kind, c.params, index) for index, c in enumerate(config.composite)]
 
 
+def build_secondaries(config: Config) -> list[Secondary]:
+    """The secondary models' tasks, each bound to its model file; errors name `secondary.<index>`."""
+    out = []
+    for i, item in enumerate(config.secondary):
+        key = f"secondary.{i}"
+        task = resolve_object_task(item.task, item.params, key)
+        task.use_model(model_info(item.path, f"{key}.path"))
+        out.append(
+            Secondary(
+                item.name, task, item.classes, item.min_size, item.max_objects, item.max_batch, item.expand,
+                item.reinfer_every,
+            )
+        )
+    return out
+
 
 # Factories: module-level so that spawn can pickle them by reference.
 
 
-def _preprocess(config: Config) -> Preprocess:
-    return Preprocess(build_task(config))
+def _scheduled(config: Config, stage: Stage, *, last: bool = False) -> Stage:
+    """The stage as is, or skipping the frames `tracking.interval` leaves to the tracker."""
+    interval = config.tracking.interval if config.tracking else 0
+    return Scheduled(stage, Schedule(interval), last=last) if interval else stage
+
+
+def _preprocess(config: Config) -> Stage:
+    return _scheduled(config, Preprocess(build_task(config)))
 
 
 def _engine(config: Config, index: int = 0) -> Engine:
@@ -79,17 +125,45 @@ def engine_options(config: Config, task: Task, index: int = 0) -> OpenOptions:
     )
 
 
-def _infer(config: Config) -> Infer:
-    return Infer(
+def _infer(config: Config) -> Stage:
+    infer = Infer(
         build_task(config),
         functools.partial(_engine, config),
         max_batch=config.engine.max_batch,
         max_delay_ms=config.engine.max_delay_ms,
     )
+    return _scheduled(config, infer)
 
 
-def _postprocess(config: Config) -> Postprocess:
-    return Postprocess(build_task(config))
+def _postprocess(config: Config) -> Stage:
+    return _scheduled(config, Postprocess(build_task(config)), last=True)
+
+
+def _track(config: Config) -> TrackStage:
+    assert config.tracking is not None
+    return TrackStage(resolve_tracking(config.tracking.params))
+
+
+def _secondary_engine(config: Config, secondary: int, index: int = 0) -> Engine:
+    """A secondary model's engine in worker `index`: its task's axes plus the batch of crops."""
+    item = config.secondary[secondary]
+    task = build_secondaries(config)[secondary].task
+    axes = with_batch_axis(task.dynamic_axes(), task.input_name)
+    return open_engine(config.engine, item.path, axes, OpenOptions(device=device_of(config.engine, index)))
+
+
+def _cascade(config: Config) -> CascadeStage:
+    return CascadeStage(build_secondaries(config), functools.partial(_secondary_engine, config))
+
+
+def _after_model(config: Config) -> list[tuple[str, int, Any]]:
+    """The stages between postprocess and composite: tracking, then the secondary models."""
+    stages: list[tuple[str, int, Any]] = []
+    if config.tracking:
+        stages.append((TRACK, config.stages.track.workers, functools.partial(_track, config)))
+    if config.secondary:
+        stages.append((SECONDARY, config.stages.secondary.workers, functools.partial(_cascade, config)))
+    return stages
 
 
 def _composite(config: Config) -> CompositeStage:
@@ -102,6 +176,7 @@ def _fused(config: Config) -> Fused:
         (INFER, _infer(config)),
         (POSTPROCESS, _postprocess(config)),
     ]
+    stages += [(name, factory()) for name, _, factory in _after_model(config)]
     if config.composite:
         stages.append((COMPOSITE, _composite(config)))
     return Fused(stages)
@@ -151,7 +226,25 @@ def check(config: Config) -> Task:
         raise ConfigError(f"model.path: model file not found: {config.model.path}")
     inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
+    check_cascade(config, task)
     return task
+
+
+def check_cascade(config: Config, task: Task) -> None:
+    """Secondary models and tracking need a primary that gives boxes, and classes it has."""
+    follows = [f"secondary.{i}" for i in range(len(config.secondary))]
+    follows += ["tracking"] if config.tracking else []
+    if follows and not task.gives_boxes:
+        raise ConfigError(
+            f"{follows[0]}: needs a model that gives boxes, but model.task {config.model.task!r} gives none "
+            f"(detection, face_detection, text_detection do)"
+        )
+    labels = task.labels()
+    for i, secondary in enumerate(build_secondaries(config)):
+        class_filter(secondary.classes, labels, len(labels) if labels else None, f"secondary.{i}.classes")
+    if config.tracking:
+        params = resolve_tracking(config.tracking.params)
+        class_filter(params.classes, labels, len(labels) if labels else None, "tracking.classes")
 
 
 def build_plan(
@@ -167,6 +260,7 @@ def build_plan(
         (INFER, infer_workers(config.engine), functools.partial(_infer, config)),
         (POSTPROCESS, config.stages.postprocess.workers, functools.partial(_postprocess, config)),
     ]
+    middle += _after_model(config)
     if config.composite:
         middle.append((COMPOSITE, config.stages.composite.workers, functools.partial(_composite, config)))
     members: dict[str, tuple[str, ...]] = {}

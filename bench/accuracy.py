@@ -304,10 +304,10 @@ def _infer(engine: Any, task: Any, feed: Mapping[str, np.ndarray]) -> dict[str, 
 def _task_summary(reference: Sequence[Any], test: Sequence[Any], threshold: float) -> dict[str, Any]:
     """Face agreement and matte error, for whichever the task's results hold."""
     out: dict[str, Any] = {}
-    if any("faces" in r.data for r in reference):
+    if any("detections" in r.data for r in reference):
         faces = FaceAgreement(threshold)
         for r, t in zip(reference, test):
-            faces.add(r.data.get("faces", []), t.data.get("faces", []))
+            faces.add(r.data.get("detections", []), t.data.get("detections", []))
         out["faces"] = faces.summary()
     if any("alpha" in r.arrays for r in reference):
         errors = [

@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "accuracy": ("bench.accuracy", "each backend and precision against ONNX Runtime fp32 on the CPU"),
     "soak": ("bench.soak", "hours in minutes: add/remove cycles and a real-time run; memory and fds"),
     "latency": ("bench.latency", "a live RTSP source faster than the model: latency, drops, per policy"),
+    "cascade": ("bench.cascade", "a cascade's crops batched against one call each; tracking.interval against none"),
+    "models": ("bench.models", "each real model against its own package's pipeline; tracking ids against the reference"),
 }
 
 

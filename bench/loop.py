@@ -61,7 +61,7 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
     from media.video_reader import VideoReader
     from pipeline.uris import local_path
     from stages.outputs.jsonl import JsonlWriter
-    from stages.outputs.record import frame_record
+    from stages.outputs.record import RECORD_VERSION, frame_record
     from media.video_writer import VideoFileWriter
     from app.plan import build_composites, build_task
     from stages.tasks.base import Result
@@ -164,7 +164,7 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
 
     for publisher in publishers:
         for s in sources:
-            publisher.send(s.info.source_id, {"v": 1, "source": s.info.source_id, "eos": True})
+            publisher.send(s.info.source_id, {"v": RECORD_VERSION, "source": s.info.source_id, "eos": True})
         publisher.close()
     for writer in [w for per in videos + jsonls for w in per.values()]:
         writer.close()

@@ -21,7 +21,7 @@ The model is changed only when every rule holds and every graph output carries t
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 BATCH_DIM = "batch"
 """The symbolic name given to dim 0 of the inputs and outputs of a rewritten model."""
@@ -211,7 +211,7 @@ class _Analysis:
         try:
             inferred = shape_inference.infer_shapes(probe)
         except Exception as exc:  # noqa: BLE001 - custom ops: ranks stay unknown, rules needing them refuse
-            logger.debug("shape inference failed: %s", exc)
+            log.debug("shape inference failed: %s", exc)
             inferred = probe
         for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
             tensor_type = value.type.tensor_type
@@ -289,7 +289,12 @@ class _Analysis:
             raise _Refused(f"{label}: negative start")
         if any(k in (_Kind.SHAPE, _Kind.SCALAR) for k in present):
             return self._shape_arithmetic(node, label, kinds)
-        # From here on the batch travels as data.
+        return self._data_node(node, index, used, label, kinds)
+
+    def _data_node(self, node: Any, index: int, used: set[str], label: str, kinds: list[_Kind | None]) -> _Kind:
+        """A node the batch reaches as data (its first dimension)."""
+        op = node.op_type
+        present = [k for k in kinds if k is not None]
         if op in _SPATIAL:
             if kinds[0] is not _Kind.BATCH or any(k is not _Kind.CONST for k in present[1:]):
                 raise _Refused(f"{label}: weights that depend on the batch")
@@ -299,65 +304,86 @@ class _Analysis:
         if op in _ELEMENTWISE:
             self._check_broadcast(node, label, kinds)
             return _Kind.BATCH
-        if op in ("QuantizeLinear", "DequantizeLinear"):
-            if kinds[0] is not _Kind.BATCH or any(k is not _Kind.CONST for k in present[1:]):
-                raise _Refused(f"{label}: quantisation parameters that depend on the batch")
-            scale = self.values.get(node.input[1])
-            per_axis = scale is None or scale.size > 1
-            if per_axis and self._axis(int(self._attr(node, "axis", 1)), node.input[0], label) == 0:
-                raise _Refused(f"{label}: quantised per item of the batch")
-            return _Kind.BATCH
-        if op == "Transpose":
-            perm = self._attr(node, "perm")
-            if perm is None or perm[0] != 0:
-                raise _Refused(f"{label}: moves the batch dimension")
-            return _Kind.BATCH
         if op in _AXIS_ATTR:
             return self._axis_op(node, label, kinds)
         if op in _REDUCE:
             return self._reduce(node, label, kinds)
-        if op in ("Squeeze", "Unsqueeze"):
-            axes = self._attr(node, "axes")
-            if axes is None and len(node.input) > 1 and node.input[1]:
-                axes = self._const_value(node.input[1], "axes", label).tolist()
-            if axes is None:
-                raise _Refused(f"{label}: without axes it may drop the batch dimension")
-            rank = self._rank(node.output[0] if op == "Unsqueeze" else node.input[0], label)
-            if any((a if a >= 0 else a + rank) == 0 for a in axes):
-                raise _Refused(f"{label}: axis 0 is the batch")
-            return _Kind.BATCH
-        if op == "Slice":
-            return self._slice_data(node, label, kinds)
-        if op == "Pad":
-            return self._pad(node, label, kinds)
-        if op == "Gather":
-            axis = self._axis(int(self._attr(node, "axis", 0)), node.input[0], label)
-            if kinds[0] is not _Kind.BATCH or kinds[1] is not _Kind.CONST or axis == 0:
-                raise _Refused(f"{label}: gathers along the batch")
-            return _Kind.BATCH
-        if op == "Tile":
-            repeats = self._const_value(node.input[1], "repeats", label)
-            if kinds[0] is not _Kind.BATCH or int(repeats.reshape(-1)[0]) != 1:
-                raise _Refused(f"{label}: tiles the batch")
-            return _Kind.BATCH
-        if op == "CumSum":
-            axis = int(self._const_value(node.input[1], "axis", label).reshape(-1)[0])
-            if kinds[0] is not _Kind.BATCH or self._axis(axis, node.input[0], label) == 0:
-                raise _Refused(f"{label}: sums along the batch")
-            return _Kind.BATCH
         if op == "Reshape":
             return self._reshape(node, index, label, kinds)
-        if op in ("Resize", "Upsample"):
-            return self._resize(node, label, kinds)
-        if op == "MatMul":
-            return self._matmul(node, label, kinds)
-        if op == "Gemm":
-            if kinds[0] is not _Kind.BATCH or int(self._attr(node, "transA", 0)) != 0:
-                raise _Refused(f"{label}: the batch is not the rows of A")
-            if any(k is not _Kind.CONST for k in present[1:]):
-                raise _Refused(f"{label}: B or C depends on the batch")
-            return _Kind.BATCH
-        raise _Refused(f"operator {label} may mix the frames of a batch")
+        rule = self._DATA_RULES.get(op)
+        if rule is None:
+            raise _Refused(f"operator {label} may mix the frames of a batch")
+        return rule(self, node, label, kinds)
+
+    def _quantize(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        present = [k for k in kinds if k is not None]
+        if kinds[0] is not _Kind.BATCH or any(k is not _Kind.CONST for k in present[1:]):
+            raise _Refused(f"{label}: quantisation parameters that depend on the batch")
+        scale = self.values.get(node.input[1])
+        per_axis = scale is None or scale.size > 1
+        if per_axis and self._axis(int(self._attr(node, "axis", 1)), node.input[0], label) == 0:
+            raise _Refused(f"{label}: quantised per item of the batch")
+        return _Kind.BATCH
+
+    def _transpose(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        perm = self._attr(node, "perm")
+        if perm is None or perm[0] != 0:
+            raise _Refused(f"{label}: moves the batch dimension")
+        return _Kind.BATCH
+
+    def _squeeze(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        axes = self._attr(node, "axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            axes = self._const_value(node.input[1], "axes", label).tolist()
+        if axes is None:
+            raise _Refused(f"{label}: without axes it may drop the batch dimension")
+        rank = self._rank(node.output[0] if node.op_type == "Unsqueeze" else node.input[0], label)
+        if any((a if a >= 0 else a + rank) == 0 for a in axes):
+            raise _Refused(f"{label}: axis 0 is the batch")
+        return _Kind.BATCH
+
+    def _gather(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        axis = self._axis(int(self._attr(node, "axis", 0)), node.input[0], label)
+        if kinds[0] is not _Kind.BATCH or kinds[1] is not _Kind.CONST or axis == 0:
+            raise _Refused(f"{label}: gathers along the batch")
+        return _Kind.BATCH
+
+    def _tile(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        repeats = self._const_value(node.input[1], "repeats", label)
+        if kinds[0] is not _Kind.BATCH or int(repeats.reshape(-1)[0]) != 1:
+            raise _Refused(f"{label}: tiles the batch")
+        return _Kind.BATCH
+
+    def _cumsum(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        axis = int(self._const_value(node.input[1], "axis", label).reshape(-1)[0])
+        if kinds[0] is not _Kind.BATCH or self._axis(axis, node.input[0], label) == 0:
+            raise _Refused(f"{label}: sums along the batch")
+        return _Kind.BATCH
+
+    def _gemm(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
+        if kinds[0] is not _Kind.BATCH or int(self._attr(node, "transA", 0)) != 0:
+            raise _Refused(f"{label}: the batch is not the rows of A")
+        if any(k is not _Kind.CONST for k in kinds[1:] if k is not None):
+            raise _Refused(f"{label}: B or C depends on the batch")
+        return _Kind.BATCH
+
+    _DATA_RULES: dict[str, Callable[[Any, Any, str, list[_Kind | None]], _Kind]] = {
+        "QuantizeLinear": _quantize,
+        "DequantizeLinear": _quantize,
+        "Transpose": _transpose,
+        "Squeeze": _squeeze,
+        "Unsqueeze": _squeeze,
+        "Slice": lambda self, node, label, kinds: self._slice_data(node, label, kinds),
+        "Pad": lambda self, node, label, kinds: self._pad(node, label, kinds),
+        "Gather": _gather,
+        "Tile": _tile,
+        "CumSum": _cumsum,
+        "Resize": lambda self, node, label, kinds: self._resize(node, label, kinds),
+        "Upsample": lambda self, node, label, kinds: self._resize(node, label, kinds),
+        "MatMul": lambda self, node, label, kinds: self._matmul(node, label, kinds),
+        "Gemm": _gemm,
+    }
+    """The data operators that keep the frames of a batch apart under conditions, each its check."""
 
     def _shape_arithmetic(self, node: Any, label: str, kinds: list[_Kind | None]) -> _Kind:
         """Where the batch size travels inside a shape tensor: only as its first element."""

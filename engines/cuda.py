@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.errors import EngineError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "install the gpu extra: make EXTRAS=gpu"
 NO_GPU = "no CUDA driver / GPU found"
@@ -355,7 +355,7 @@ def _quietly(name: str, *args: Any) -> None:
     try:
         call(name, *args)
     except EngineError as exc:
-        logger.debug("%s", exc)
+        log.debug("%s", exc)
 
 
 def _first_line(exc: BaseException) -> str:

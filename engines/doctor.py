@@ -33,7 +33,7 @@ import numpy as np
 from engines import cuda
 from pipeline.errors import EngineError, one_line
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 

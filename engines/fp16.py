@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pipeline.errors import EngineError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SENSITIVE_OPS: tuple[str, ...] = (
     "Exp",

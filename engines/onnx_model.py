@@ -19,7 +19,7 @@ from pipeline.tensors import Dim, TensorSpec
 if TYPE_CHECKING:
     import onnx
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def load_model_bytes(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]]) -> bytes:
@@ -48,6 +48,18 @@ def describe(
     inputs = tuple(_spec(value, path) for value in graph.input if value.name not in weights)
     outputs = tuple(_spec(value, path) for value in graph.output)
     return inputs, outputs
+
+
+def read_model(
+    path: str | Path,
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], dict[str, str]]:
+    """Inputs, outputs (as declared in the file) and metadata (`metadata_props`) of a model file, in
+    one read: what a task takes from the model itself (Ultralytics' `names`, PaddleOCR's `character`)."""
+    model = _load(path)
+    weights = {init.name for init in model.graph.initializer}
+    inputs = tuple(_spec(value, path) for value in model.graph.input if value.name not in weights)
+    outputs = tuple(_spec(value, path) for value in model.graph.output)
+    return inputs, outputs, {prop.key: prop.value for prop in model.metadata_props}
 
 
 def _load(path: str | Path) -> onnx.ModelProto:
@@ -94,7 +106,7 @@ def _make_dynamic(
 
         rewrite = make_batch_dynamic(model, batch_inputs)
         if not rewrite.ok:
-            logger.info("model %s keeps its fixed batch of 1: %s", path, rewrite.reason)
+            log.info("model %s keeps its fixed batch of 1: %s", path, rewrite.reason)
     if not dynamic_axes:
         return
     del graph.value_info[:]
@@ -115,7 +127,7 @@ def _relax_outputs(model: onnx.ModelProto) -> None:
         result = shape_inference.infer_shapes(probe)
         inferred = {value.name: value for value in result.graph.output}
     except Exception as exc:  # noqa: BLE001 - custom ops and the like: every fixed dim may change
-        logger.debug("shape inference failed (%s); treating all output dims as dynamic", exc)
+        log.debug("shape inference failed (%s); treating all output dims as dynamic", exc)
     for output in model.graph.output:
         tensor_type = output.type.tensor_type
         if not tensor_type.HasField("shape"):

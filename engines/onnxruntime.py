@@ -17,7 +17,7 @@ from engines.onnx_model import load_model_bytes
 from pipeline.errors import ConfigError, EngineError
 from pipeline.tensors import Dim, TensorSpec
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 PROVIDERS: dict[str, str] = {
     "cpu": "CPUExecutionProvider",
@@ -91,19 +91,8 @@ class OnnxRuntimeEngine(Engine):
     ) -> None:
         self.model_path = str(model_path)
         self.device_id = device_id
-        if graph_optimization not in GRAPH_OPTIMIZATION:
-            raise ConfigError(
-                f"unknown graph optimisation level {graph_optimization!r} "
-                f"(one of {', '.join(GRAPH_OPTIMIZATION)})"
-            )
-        if threads < 0 or inter_op_threads < 0:
-            raise ConfigError(
-                f"thread counts must be >= 0 (0 = ONNX Runtime's default), got threads={threads}, "
-                f"inter_op_threads={inter_op_threads}"
-            )
+        _check_arguments(self.model_path, graph_optimization, threads, inter_op_threads)
         ort_providers = _select_providers(providers)
-        if not Path(self.model_path).is_file():
-            raise ConfigError(f"model file {self.model_path!r} does not exist")
         directory = Path(cache_dir or DEFAULT_CACHE_DIR).expanduser()
         wants_gpu = any(name != PROVIDERS["cpu"] for name in ort_providers)
         if wants_gpu or optimized_cache:
@@ -111,61 +100,25 @@ class OnnxRuntimeEngine(Engine):
         model: str | bytes = self.model_path
         if dynamic_axes:
             model = load_model_bytes(self.model_path, dynamic_axes)
-        model_key = ""
-        if PROVIDERS["tensorrt"] in ort_providers:
-            model_key = _engine_cache_key(model, precision)
+        model_key = _engine_cache_key(model, precision) if PROVIDERS["tensorrt"] in ort_providers else ""
         provider_args: list[str | tuple[str, dict[str, Any]]] = [
-            (
-                name,
-                provider_options(
-                    name,
-                    device_id=device_id,
-                    precision=precision,
-                    cache_dir=directory,
-                    model_key=model_key,
-                    gpu_mem_limit=gpu_mem_limit,
-                    cudnn_conv_algo_search=cudnn_conv_algo_search,
-                    profile=trt_profile,
-                ),
-            )
-            if name != PROVIDERS["cpu"]
-            else name
+            (name, provider_options(name, device_id=device_id, precision=precision, cache_dir=directory,
+                                    model_key=model_key, gpu_mem_limit=gpu_mem_limit,
+                                    cudnn_conv_algo_search=cudnn_conv_algo_search, profile=trt_profile))
+            if name != PROVIDERS["cpu"] else name
             for name in ort_providers
-        ]
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = inter_op_threads
-        options.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
-        # ORT's own warnings (initializers removed, ...) would bypass our logging; errors still show.
-        options.log_severity_level = 3
-        if optimized_model_path:
-            options.optimized_model_filepath = str(optimized_model_path)
-
+        ]  # fmt: skip
+        options = _session_options(threads, inter_op_threads, graph_optimization, optimized_model_path)
         saved: tuple[Path, Path] | None = None
         # The TensorRT provider compiles subgraphs that cannot be saved as ONNX; it caches engines.
         if optimized_cache and not optimized_model_path and PROVIDERS["tensorrt"] not in ort_providers:
             model, saved = _optimized_cache(model, directory, graph_optimization, ort_providers, options)
-        quiet = wants_gpu and not logger.isEnabledFor(logging.DEBUG)
-        if quiet:
-            # A provider whose libraries are missing makes ORT print several red lines and fall
-            # back; the one warning below says it instead (--debug shows ORT's own lines).
-            ort.set_default_logger_severity(4)
-        try:
-            self._session: ort.InferenceSession | None = ort.InferenceSession(
-                model, sess_options=options, providers=provider_args
-            )
-        except Exception as exc:  # noqa: BLE001 - ORT's errors share no base class but Exception
-            raise _load_error(self.model_path, exc) from None
-        finally:
-            if quiet:
-                ort.set_default_logger_severity(2)
+        session = _open_session(self.model_path, model, options, provider_args, quiet=wants_gpu)
+        self._session: ort.InferenceSession | None = session
         if saved is not None:
             _publish(*saved)
-
-        session = self._session
         self._provider = provider_in_use(self.model_path, ort_providers, session.get_providers())
-        logger.info("model %s loaded on %s", self.model_path, self._provider)
+        log.info("model %s loaded on %s", self.model_path, self._provider)
         use_binding = self._provider == PROVIDERS["cuda"] if io_binding is None else io_binding
         self._binding: Any = session.io_binding() if use_binding else None
         self.inputs = tuple(_spec(arg, self.model_path) for arg in session.get_inputs())
@@ -306,7 +259,7 @@ def provider_in_use(model_path: str, requested: Sequence[str], used: Sequence[st
             f"(GPU libraries or GPU missing?) and would run on {actual}, which engine.providers "
             f"does not list"
         )
-    logger.warning(
+    log.warning(
         "model %s: asked for %s, but ONNX Runtime runs it on %s (%s could not be started: "
         "GPU libraries or GPU missing? --debug shows ONNX Runtime's messages)",
         model_path,
@@ -334,7 +287,7 @@ def _optimized_cache(
     digest.update(f"|{ort.__version__}|{level}|{','.join(providers)}".encode())
     target = directory / f"ort-{digest.hexdigest()[:24]}.onnx"
     if target.is_file():
-        logger.info("optimised model from the cache: %s", target)
+        log.info("optimised model from the cache: %s", target)
         options.graph_optimization_level = GRAPH_OPTIMIZATION["disable"]
         return str(target), None
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -347,7 +300,7 @@ def _publish(temporary: Path, target: Path) -> None:
     try:
         os.replace(temporary, target)
     except OSError as exc:
-        logger.warning("optimised model not cached at %s: %s", target, exc)
+        log.warning("optimised model not cached at %s: %s", target, exc)
 
 
 def _make_dir(directory: Path) -> None:
@@ -378,7 +331,7 @@ def _select_providers(providers: Sequence[str], *, warn: bool = True) -> list[st
             f"(this onnxruntime build has {', '.join(sorted(available))}{hint})"
         )
     if missing and warn:
-        logger.warning(
+        log.warning(
             "execution provider(s) %s not available in this onnxruntime build, skipped",
             ", ".join(missing),
         )
@@ -407,3 +360,53 @@ def _load_error(model_path: str, exc: Exception) -> Exception:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_arguments(model_path: str, graph_optimization: str, threads: int, inter_op_threads: int) -> None:
+    if graph_optimization not in GRAPH_OPTIMIZATION:
+        raise ConfigError(
+            f"unknown graph optimisation level {graph_optimization!r} (one of {', '.join(GRAPH_OPTIMIZATION)})"
+        )
+    if threads < 0 or inter_op_threads < 0:
+        raise ConfigError(
+            f"thread counts must be >= 0 (0 = ONNX Runtime's default), got threads={threads}, "
+            f"inter_op_threads={inter_op_threads}"
+        )
+    if not Path(model_path).is_file():
+        raise ConfigError(f"model file {model_path!r} does not exist")
+
+
+def _session_options(
+    threads: int, inter_op_threads: int, graph_optimization: str, optimized_model_path: str | None
+) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = inter_op_threads
+    options.graph_optimization_level = GRAPH_OPTIMIZATION[graph_optimization]
+    # ORT's own warnings (initializers removed, ...) would bypass our logging; errors still show.
+    options.log_severity_level = 3
+    if optimized_model_path:
+        options.optimized_model_filepath = str(optimized_model_path)
+    return options
+
+
+def _open_session(
+    model_path: str,
+    model: str | bytes,
+    options: ort.SessionOptions,
+    providers: list[str | tuple[str, dict[str, Any]]],
+    *,
+    quiet: bool,
+) -> ort.InferenceSession:
+    quiet = quiet and not log.isEnabledFor(logging.DEBUG)
+    if quiet:
+        # A provider whose libraries are missing makes ORT print several red lines and fall
+        # back; the one warning framewire gives says it instead (--debug shows ORT's own lines).
+        ort.set_default_logger_severity(4)
+    try:
+        return ort.InferenceSession(model, sess_options=options, providers=providers)
+    except Exception as exc:  # noqa: BLE001 - ORT's errors share no base class but Exception
+        raise _load_error(model_path, exc) from None
+    finally:
+        if quiet:
+            ort.set_default_logger_severity(2)

@@ -42,7 +42,7 @@ from pipeline.errors import ConfigError, EngineError
 if TYPE_CHECKING:
     import onnx
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 QUANT_OPSET = 13
 """Lowest opset with per-axis QuantizeLinear/DequantizeLinear."""
@@ -231,7 +231,6 @@ def quantize_model(
     `tensorrt` recipe) calibrated on `feeds`; write `output_path`. Raises EngineError when no feed
     came or the result does not load (it is loaded on the CPU, whatever the recipe)."""
     import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     options = options or QuantizeOptions()
     started = time.monotonic()
@@ -243,37 +242,13 @@ def quantize_model(
     gpu = options.recipe == "tensorrt"
     float_nodes = sorted(set([] if gpu else float_convs(model, options.min_channels)) | set(options.exclude))
     reader = FeedReader(feeds)
-    method = {
-        "minmax": CalibrationMethod.MinMax,
-        "entropy": CalibrationMethod.Entropy,
-        "percentile": CalibrationMethod.Percentile,
-    }[options.method]
     output = Path(output_path)
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="framewire-quantize-") as tmp, _quiet_quantizer():
         prepared = Path(tmp) / "float.onnx"
         onnx.save(model, str(prepared))
         try:
-            quantize_static(
-                str(prepared),
-                str(output),
-                reader,
-                quant_format=QuantFormat.QDQ,
-                per_channel=options.per_channel,
-                reduce_range=options.reduce_range,
-                activation_type=QuantType.QInt8 if gpu else QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                nodes_to_exclude=float_nodes,
-                calibrate_method=method,
-                extra_options=(
-                    {"WeightSymmetric": True, "ActivationSymmetric": True, "QuantizeBias": False}
-                    if gpu
-                    else {"WeightSymmetric": True, "ActivationSymmetric": False}
-                ),
-                # TensorRT wants Q/DQ on the inputs of weighted layers and fuses the rest itself;
-                # quantising Add, MaxPool, Resize too cost YuNet 0.09-0.15 of face agreement here.
-                op_types_to_quantize=list(GPU_OP_TYPES) if gpu else None,
-            )
+            _quantize_static(prepared, output, reader, options, float_nodes)
         except Exception as exc:  # noqa: BLE001 - ORT's quantiser raises whatever it meets
             if reader.count == 0:
                 raise EngineError(f"quantize: no calibration frames reached the model {model_path}") from None
@@ -281,12 +256,11 @@ def quantize_model(
     if reader.count == 0:
         raise EngineError(f"quantize: no calibration frames reached the model {model_path}")
     quantized = onnx.load(str(output))
-    count = sum(1 for node in quantized.graph.node if node.op_type == "QuantizeLinear")
     report = QuantizeReport(
         output=str(output),
         frames=reader.count,
         seconds=time.monotonic() - started,
-        quantized_nodes=count,
+        quantized_nodes=sum(1 for node in quantized.graph.node if node.op_type == "QuantizeLinear"),
         float_nodes=float_nodes,
         options=asdict(options),
         source_sha256=_sha256(model_path),
@@ -305,6 +279,41 @@ def quantize_model(
     onnx.save(quantized, str(output))
     _check_loads(output, dynamic_axes)
     return report
+
+
+def _quantize_static(
+    prepared: Path, output: Path, reader: FeedReader, options: QuantizeOptions, float_nodes: Sequence[str]
+) -> None:
+    """ONNX Runtime's static QDQ quantiser, set for the recipe: u8s8 for its CPU kernels, or s8s8
+    symmetric on weighted layers only, what TensorRT wants from Q/DQ."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    gpu = options.recipe == "tensorrt"
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[options.method]
+    quantize_static(
+        str(prepared),
+        str(output),
+        reader,
+        quant_format=QuantFormat.QDQ,
+        per_channel=options.per_channel,
+        reduce_range=options.reduce_range,
+        activation_type=QuantType.QInt8 if gpu else QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        nodes_to_exclude=list(float_nodes),
+        calibrate_method=method,
+        extra_options=(
+            {"WeightSymmetric": True, "ActivationSymmetric": True, "QuantizeBias": False}
+            if gpu
+            else {"WeightSymmetric": True, "ActivationSymmetric": False}
+        ),
+        # TensorRT wants Q/DQ on the inputs of weighted layers and fuses the rest itself;
+        # quantising Add, MaxPool, Resize too cost YuNet 0.09-0.15 of face agreement here.
+        op_types_to_quantize=list(GPU_OP_TYPES) if gpu else None,
+    )
 
 
 def quantization_info(path: str | Path) -> dict[str, Any] | None:
@@ -357,7 +366,7 @@ def _quiet_quantizer() -> Iterator[io.StringIO]:
     finally:
         root.removeFilter(advice)
         if captured.getvalue().strip():
-            logger.debug("quantiser output:\n%s", captured.getvalue().rstrip())
+            log.debug("quantiser output:\n%s", captured.getvalue().rstrip())
 
 
 def describe_float_nodes(names: Sequence[str], limit: int = 8) -> str:

@@ -31,7 +31,7 @@ from pipeline.errors import EngineError
 from pipeline.framepool import FramePool
 from pipeline.tensors import Dim, TensorSpec
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 MAX_GRAPHS = 16
 """CUDA graphs kept (one per distinct set of input shapes); beyond that, plain launches."""
@@ -112,7 +112,7 @@ class TensorRTEngine(Engine):
             raise
         self.inputs = tuple(t.spec for t in self._tensors if t.is_input)
         self.outputs = tuple(t.spec for t in self._tensors if not t.is_input)
-        logger.info("TensorRT engine %s loaded on GPU %d (%s)", self.engine_path, device, self._gpu_name)
+        log.info("TensorRT engine %s loaded on GPU %d (%s)", self.engine_path, device, self._gpu_name)
 
     @property
     def provider(self) -> str:
@@ -189,16 +189,7 @@ class TensorRTEngine(Engine):
             self._thread = threading.get_ident()
         inputs = [t for t in self._tensors if t.is_input]
         by_name = {t.name: t for t in self._tensors if not t.is_input}
-        names = list(output_names) if output_names is not None else list(by_name)
-        unknown = [n for n in names if n not in by_name]
-        if unknown:
-            raise EngineError(f"model {self.model_path}: no output(s) {', '.join(map(repr, unknown))}")
-        extra = [n for n in feeds if n not in {t.name for t in inputs}]
-        if extra:
-            raise EngineError(
-                f"model {self.model_path}: no input(s) {', '.join(map(repr, extra))} "
-                f"(inputs: {', '.join(t.name for t in inputs)})"
-            )
+        names = self._check_names(inputs, by_name, feeds, output_names)
         arrays, batch, padded_to = self._checked_feeds(inputs, feeds)
         key = tuple(a.shape for a in arrays)
         if key != self._current:
@@ -239,6 +230,26 @@ class TensorRTEngine(Engine):
         if self.cuda_graph and graph is None:
             self._capture(key)
         return results
+
+    def _check_names(
+        self,
+        inputs: Sequence[_Tensor],
+        outputs: Mapping[str, _Tensor],
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str] | None,
+    ) -> list[str]:
+        """The outputs to return; an unknown output or input is an error naming it."""
+        names = list(output_names) if output_names is not None else list(outputs)
+        unknown = [n for n in names if n not in outputs]
+        if unknown:
+            raise EngineError(f"model {self.model_path}: no output(s) {', '.join(map(repr, unknown))}")
+        extra = [n for n in feeds if n not in {t.name for t in inputs}]
+        if extra:
+            raise EngineError(
+                f"model {self.model_path}: no input(s) {', '.join(map(repr, extra))} "
+                f"(inputs: {', '.join(t.name for t in inputs)})"
+            )
+        return names
 
     def _checked_feeds(
         self, inputs: Sequence[_Tensor], feeds: Mapping[str, np.ndarray]
@@ -289,7 +300,7 @@ class TensorRTEngine(Engine):
             self._graphs[key] = cuda.Graph(self._stream, self._execute)
         except EngineError as exc:
             self._graphs_failed = True
-            logger.warning("model %s: no CUDA graphs (%s); plain launches instead", self.model_path, exc)
+            log.warning("model %s: no CUDA graphs (%s); plain launches instead", self.model_path, exc)
 
     def _pinned_pointer(self, array: np.ndarray) -> int | None:
         """The address to copy `array` from directly, when it lies in a registered frame pool."""
@@ -319,7 +330,7 @@ class TensorRTEngine(Engine):
         try:
             self._pinned[name] = cuda.HostRegistration(memory)
         except EngineError as exc:
-            logger.warning(
+            log.warning(
                 "frame pool %s (%d MiB) not registered as pinned memory (%s); its frames are "
                 "copied through the staging buffer",
                 name,
@@ -327,7 +338,7 @@ class TensorRTEngine(Engine):
                 exc,
             )
             return False
-        logger.debug("frame pool %s registered as pinned memory (%d bytes)", name, memory.nbytes)
+        log.debug("frame pool %s registered as pinned memory (%d bytes)", name, memory.nbytes)
         return True
 
     def unpin_pool(self, pool: FramePool) -> None:

@@ -31,7 +31,7 @@ from engines.base import ProfileShape
 from pipeline.errors import ConfigError, EngineError
 from pipeline.tensors import TensorSpec
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = "~/.cache/framewire/engines"
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -224,7 +224,7 @@ class BatchFeeder:
         if self._pending_count < self.batch_size:
             if self._pending_count:
                 self.dropped += self._pending_count
-                logger.info(
+                log.info(
                     "calibration: the last %d frame(s) do not fill a batch of %d and are not used",
                     self._pending_count,
                     self.batch_size,
@@ -298,13 +298,13 @@ def make_calibrator(trt: ModuleType, feeder: BatchFeeder, cache_path: Path) -> A
 
         def read_calibration_cache(self) -> bytes | None:
             if self.cache_path.is_file():
-                logger.info("calibration: using the cached table %s", self.cache_path)
+                log.info("calibration: using the cached table %s", self.cache_path)
                 return self.cache_path.read_bytes()
             return None
 
         def write_calibration_cache(self, cache: Any) -> None:
             _write_atomically(self.cache_path, bytes(cache))
-            logger.info("calibration: table written to %s", self.cache_path)
+            log.info("calibration: table written to %s", self.cache_path)
 
         def close(self) -> None:
             for buffer in self._device.values():
@@ -384,13 +384,13 @@ def ensure_engine(request: BuildRequest, *, force: bool = False) -> Path:
         raise ConfigError(f"engine.cache_dir: cannot create {str(directory)!r}: {exc.strerror}") from None
     path = engine_file(directory, request.model_path, request.precision, key)
     if path.is_file() and not force:
-        logger.info("TensorRT engine %s: from the cache", path)
+        log.info("TensorRT engine %s: from the cache", path)
         return path
     with _locked(path.with_suffix(".lock")):
         if path.is_file() and not force:  # another worker built it while this one waited
             return path
         started = time.monotonic()
-        logger.warning(
+        log.warning(
             "building the TensorRT %s engine for %s on %s (once; it may take minutes)",
             request.precision,
             request.model_path,
@@ -398,7 +398,7 @@ def ensure_engine(request: BuildRequest, *, force: bool = False) -> Path:
         )
         serialized = build_serialized(trt, request, data, profile, directory, gpu_name)
         _write_atomically(path, serialized)
-        logger.warning("TensorRT engine %s built in %.0f s", path, time.monotonic() - started)
+        log.warning("TensorRT engine %s built in %.0f s", path, time.monotonic() - started)
     return path
 
 
@@ -429,18 +429,8 @@ def build_serialized(
     trt_logger = make_logger(trt)
     trt_logger.clear()
     builder = construct(trt.Builder, trt_logger, what="a builder")
-    flags = 0
-    if major < 10:
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 8: a flag; 10: the only mode
-    elif major >= 11:
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)  # the only mode; said explicitly
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, trt_logger)
-    if not parser.parse(data):
-        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-        first = errors[0].strip().splitlines()[0] if errors else "unknown error"
-        raise EngineError(f"model {request.model_path}: TensorRT cannot parse it: {first}")
-
+    # The parser owns the weights the network points to: it must live until the build is done.
+    network, _parser = _parsed_network(trt, builder, trt_logger, data, request.model_path, major)
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(request.workspace_mb) << 20)
     optimisation = builder.create_optimization_profile()
@@ -471,6 +461,25 @@ def build_serialized(
     return bytes(memoryview(serialized))
 
 
+def _parsed_network(
+    trt: ModuleType, builder: Any, trt_logger: Any, data: bytes, model_path: str, major: int
+) -> tuple[Any, Any]:
+    """The network of the ONNX bytes and its parser; an error names the model and TensorRT's first
+    complaint."""
+    flags = 0
+    if major < 10:
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 8: a flag; 10: the only mode
+    elif major >= 11:
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)  # the only mode; said explicitly
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, trt_logger)
+    if not parser.parse(data):
+        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+        first = errors[0].strip().splitlines()[0] if errors else "unknown error"
+        raise EngineError(f"model {model_path}: TensorRT cannot parse it: {first}")
+    return network, parser
+
+
 def trt_major(trt: ModuleType) -> int:
     """The major version of the tensorrt module (10, 11)."""
     return _major(str(trt.__version__))
@@ -497,10 +506,10 @@ def _use_timing_cache(config: Any, path: Path) -> None:
     try:
         data = path.read_bytes() if path.is_file() else b""
     except OSError as exc:
-        logger.warning("timing cache %s not read: %s", path, exc.strerror)
+        log.warning("timing cache %s not read: %s", path, exc.strerror)
     if config.set_timing_cache(config.create_timing_cache(data), ignore_mismatch=False):
         return
-    logger.warning("timing cache %s does not fit this GPU or TensorRT; starting a new one", path)
+    log.warning("timing cache %s does not fit this GPU or TensorRT; starting a new one", path)
     config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
 
 
@@ -510,11 +519,11 @@ def _save_timing_cache(config: Any, path: Path) -> None:
     try:
         cache = config.get_timing_cache()
         if cache is None:
-            logger.warning("timing cache %s not written: the build had none", path)
+            log.warning("timing cache %s not written: the build had none", path)
             return
         _write_atomically(path, bytes(memoryview(cache.serialize())))
     except (OSError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
-        logger.warning("timing cache %s not written: %s", path, _first_line(exc))
+        log.warning("timing cache %s not written: %s", path, _first_line(exc))
 
 
 @dataclass(frozen=True)
@@ -568,7 +577,7 @@ def _strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, d
         )
     cached = calibration_cache_file(directory, data, request.calibration_id).with_suffix(".onnx")
     if cached.is_file():
-        logger.info("calibration: using the Q/DQ model %s", cached)
+        log.info("calibration: using the Q/DQ model %s", cached)
         return cached.read_bytes()
     return _quantize_for_tensorrt(request, data, info, cached)
 
@@ -588,7 +597,7 @@ def _quantize_for_tensorrt(request: BuildRequest, data: bytes, info: ModelInfo, 
         while (batch := feeder.next_batch()) is not None:
             yield batch
 
-    logger.warning("calibration: making a Q/DQ int8 model for TensorRT 11 on the CPU (once)")
+    log.warning("calibration: making a Q/DQ int8 model for TensorRT 11 on the CPU (once)")
     with tempfile.TemporaryDirectory(prefix="framewire-trt-int8-") as tmp:
         source = Path(tmp) / "model.onnx"
         source.write_bytes(data)
@@ -618,7 +627,7 @@ def _calibrator(
     if fixed:
         batch_size = min(fixed)
         if batch_size != request.calibration_batch:
-            logger.info(
+            log.info(
                 "calibration: the model's batch is fixed at %d; calibrating in batches of %d, not %d",
                 batch_size,
                 batch_size,
@@ -667,11 +676,11 @@ def make_logger(trt: ModuleType) -> Any:
             severities = trt.ILogger.Severity
             if severity in (severities.INTERNAL_ERROR, severities.ERROR):
                 self.last_error = str(msg).strip().splitlines()[0] if str(msg).strip() else ""
-                logger.error("TensorRT: %s", msg)
+                log.error("TensorRT: %s", msg)
             elif severity == severities.WARNING:
-                logger.info("TensorRT: %s", msg)
+                log.info("TensorRT: %s", msg)
             else:
-                logger.debug("TensorRT: %s", msg)
+                log.debug("TensorRT: %s", msg)
 
     _LOGGER = _Logger()
     return _LOGGER

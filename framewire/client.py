@@ -6,7 +6,8 @@
         for message in client.messages(until_eos=True):
             print(message)
 
-It reads the public wire format (README, "The ZeroMQ output"): `[topic, header JSON, JPEG?]`. Each
+It reads the public wire format (README, "The ZeroMQ output"): `[topic, header JSON, JPEG?,
+arrays...]` (the JPEG when the header has `image`, then one part per entry of its `arrays`). Each
 message becomes a `FrameRecord` (a frame's results), an `EndOfStream` (a source ended) or a
 `SegmentClosed` (a video_file output closed a segment). A `pub` output drops what a slow subscriber
 cannot take without telling anyone; the client counts those losses from the gaps in each topic's
@@ -48,6 +49,8 @@ class FrameRecord:
     latency_ms: dict[str, float]
     error: str | None = None
     jpeg: bytes | None = None
+    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    """The binary parts the header's `arrays` describes: a secondary model's embeddings, by name."""
     pixels: np.ndarray | None = field(default=None, repr=False, compare=False)
     header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON header as it came, every key included."""
@@ -101,8 +104,8 @@ def decode_jpeg(data: bytes) -> np.ndarray:
 
 def parse(parts: Sequence[bytes], *, decode_images: bool = False) -> Message:
     """One multipart message as a typed record; ProtocolError when it is not framewire's."""
-    if len(parts) not in (2, 3):
-        raise ProtocolError(f"a message of {len(parts)} part(s), expected 2 or 3")
+    if len(parts) < 2:
+        raise ProtocolError(f"a message of {len(parts)} part(s), expected the topic and a header")
     try:
         header = json.loads(parts[1])
     except (UnicodeDecodeError, ValueError) as exc:
@@ -110,12 +113,29 @@ def parse(parts: Sequence[bytes], *, decode_images: bool = False) -> Message:
     if not isinstance(header, dict) or not isinstance(header.get("source"), str):
         raise ProtocolError("the header is not a JSON object with a source")
     try:
-        return _typed(header, parts[2] if len(parts) == 3 else None, decode_images)
+        jpeg, arrays = _binary(header, parts[2:])
+        return _typed(header, jpeg, arrays, decode_images)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ProtocolError(f"source {header['source']}: bad header: {type(exc).__name__}: {exc}") from None
+        raise ProtocolError(f"source {header['source']}: bad message: {type(exc).__name__}: {exc}") from None
 
 
-def _typed(header: dict[str, Any], jpeg: bytes | None, decode_images: bool) -> Message:
+def _binary(header: dict[str, Any], parts: Sequence[bytes]) -> tuple[bytes | None, dict[str, np.ndarray]]:
+    """The JPEG (when the header announces `image`) and the arrays its `arrays` describes, checked."""
+    rest = list(parts)
+    jpeg = rest.pop(0) if header.get("image") and rest else None
+    described = header.get("arrays") or []
+    if len(described) != len(rest):
+        raise ValueError(f"{len(rest)} binary part(s) for {len(described)} array(s)")
+    arrays: dict[str, np.ndarray] = {}
+    for desc, data in zip(described, rest, strict=True):
+        dtype, shape = np.dtype(str(desc["dtype"])), tuple(int(d) for d in desc["shape"])
+        if dtype.hasobject or int(np.prod(shape)) * dtype.itemsize != len(data):
+            raise ValueError(f"array {desc['name']!r}: {len(data)} bytes for {dtype} {list(shape)}")
+        arrays[str(desc["name"])] = np.frombuffer(data, dtype).reshape(shape)
+    return jpeg, arrays
+
+
+def _typed(header: dict[str, Any], jpeg: bytes | None, arrays: dict[str, np.ndarray], decode_images: bool) -> Message:
     source = header["source"]
     if header.get("eos"):
         return EndOfStream(source, header)
@@ -128,7 +148,7 @@ def _typed(header: dict[str, Any], jpeg: bytes | None, decode_images: bool) -> M
     return FrameRecord(
         source=source, seq=int(header["seq"]), pts=int(header["pts"]), time=float(header["time"]),
         width=int(header["width"]), height=int(header["height"]), results=dict(header.get("results") or {}),
-        latency_ms=dict(header.get("latency_ms") or {}), error=header.get("error"), jpeg=jpeg,
+        latency_ms=dict(header.get("latency_ms") or {}), error=header.get("error"), jpeg=jpeg, arrays=arrays,
         pixels=decode_jpeg(jpeg) if (decode_images and jpeg is not None) else None, header=header,
     )  # fmt: skip
 

@@ -76,9 +76,9 @@ class Segment:
     """Older files retention deleted when this one closed."""
 
     def event(self, source_id: str, output: str) -> dict[str, Any]:
-        """The announcement: on the ZeroMQ output, in the JSONL file, in the hub's log and metrics."""
+        """The announcement (the output adds the record format's version `v`): on the ZeroMQ output,
+        in the JSONL file, in the hub's log and metrics."""
         return {
-            "v": 1,
             "source": source_id,
             "event": "segment",
             "output": output,

@@ -6,8 +6,12 @@ DECODE = "decode"
 PREPROCESS = "preprocess"
 INFER = "infer"
 POSTPROCESS = "postprocess"
+TRACK = "track"
+"""Tracking per source (`tracking:`): a stage whose workers keep state per source."""
+SECONDARY = "secondary"
+"""The models that run on crops of the detections (`secondary:`)."""
 COMPOSITE = "composite"
-MIDDLE = (PREPROCESS, INFER, POSTPROCESS, COMPOSITE)
+MIDDLE = (PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE)
 """The stages between decode and the outputs, in frame order."""
 OUTPUTS = "outputs"
 """The stage that runs every output in one process (`stages.fuse_outputs`)."""

@@ -1,4 +1,4 @@
-"""The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes]`.
+"""The public ZeroMQ output: `[topic = source_id, header JSON (UTF-8), optional image bytes, arrays...]`.
 
 `pub` fans out to any number of subscribers; a subscriber that falls behind its high-water mark
 loses messages. ZeroMQ drops them for that subscriber alone and tells the sender nothing (a PUB
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -77,14 +77,17 @@ class Publisher:
         header: dict[str, Any],
         image: bytes | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        arrays: Sequence[Any] = (),
     ) -> bool:
-        """Send one message, numbered on its topic (`msg`); False when push gave up on it (stopping)."""
+        """Send one message, numbered on its topic (`msg`); False when push gave up on it (stopping).
+        `arrays`: raw buffers sent after the image (the header describes them)."""
         assert self._sock is not None, "open() was not called"
         number = self._numbers.get(topic, 0)
         self._numbers[topic] = number + 1
-        parts: list[bytes] = [topic.encode(), json.dumps({**header, "msg": number}, separators=(",", ":")).encode()]
+        parts: list[Any] = [topic.encode(), json.dumps({**header, "msg": number}, separators=(",", ":")).encode()]
         if image is not None:
             parts.append(image)
+        parts.extend(arrays)
         if self.mode == "pub":  # never blocks: a subscriber behind by hwm messages loses this one
             self._sock.send_multipart(parts)
             self.sent += 1

@@ -1,8 +1,9 @@
 """Composites: draw a task's Result onto its frame, in place.
 
 A composite reads and writes only the BGR uint8 frame it is given (no frame history), so it can run on
-any worker in any order. Detection composites act on `Result.data["faces"]` and ignore results without
-it; matte composites need `Result.arrays["alpha"]` and fail loudly without it.
+any worker in any order. Detection composites act on the detections of any task (stages.detections:
+faces, objects, text boxes), optionally only those of some classes, and ignore results without any;
+matte composites need `Result.arrays["alpha"]` and fail loudly without it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
 from pipeline.errors import ConfigError
 from pipeline.frame import Frame, Stage
+from stages import detections
 from stages.tasks import validation_error
 from stages.tasks.base import Result
 
@@ -54,8 +56,22 @@ class Composite(ABC):
 # --- detections -----------------------------------------------------------------------------------
 
 
-class FaceRegionParams(CompositeParams):
-    """Parameters shared by composites that alter each face box."""
+class DetectionParams(CompositeParams):
+    """Parameters shared by composites that act on detections."""
+
+    classes: tuple[str | int, ...] | None = Field(
+        None, description="Only detections of these labels (or class ids); default: every detection."
+    )
+
+    def wants(self, detection: Mapping[str, Any]) -> bool:
+        """Whether this composite acts on `detection` (its label or class id is in `classes`)."""
+        if self.classes is None:
+            return True
+        return detection.get("label") in self.classes or detection.get("class_id") in self.classes
+
+
+class FaceRegionParams(DetectionParams):
+    """Parameters shared by composites that alter each detection's box (faces, plates, people)."""
 
     expand: float = Field(
         0.15, ge=0.0, le=2.0, description="Grow each box by this fraction of its size on every side."
@@ -65,7 +81,7 @@ class FaceRegionParams(CompositeParams):
 class BlurParams(FaceRegionParams):
     """Keys of a `blur` composite."""
 
-    kind: Literal["blur"] = Field("blur", description="Gaussian blur of each face.")
+    kind: Literal["blur"] = Field("blur", description="Gaussian blur of each detection.")
     strength: float = Field(
         0.5,
         gt=0.0,
@@ -77,18 +93,25 @@ class BlurParams(FaceRegionParams):
 class PixelateParams(FaceRegionParams):
     """Keys of a `pixelate` composite."""
 
-    kind: Literal["pixelate"] = Field("pixelate", description="Pixelate each face.")
-    blocks: int = Field(8, ge=1, le=256, description="Blocks along each side of a face box.")
+    kind: Literal["pixelate"] = Field("pixelate", description="Pixelate each detection.")
+    blocks: int = Field(8, ge=1, le=256, description="Blocks along each side of a box.")
 
 
-class BoxesParams(CompositeParams):
+class BoxesParams(DetectionParams):
     """Keys of a `boxes` composite."""
 
-    kind: Literal["boxes"] = Field("boxes", description="Outline each face.")
+    kind: Literal["boxes"] = Field("boxes", description="Outline each detection.")
     color: BGR = Field((0, 255, 0), description="Line colour as [b, g, r], 0-255.")
+    class_colors: bool = Field(False, description="A fixed colour per class id instead of color.")
+    colors: dict[str, BGR] = Field(
+        default_factory=dict, description="Colours of some labels, as {label: [b, g, r]}; win over the rest."
+    )
     thickness: int = Field(2, ge=1, le=64, description="Line thickness in pixels.")
-    landmarks: bool = Field(True, description="Also draw the five landmarks.")
+    landmarks: bool = Field(True, description="Also draw landmarks (faces) and text quads.")
     score: bool = Field(True, description="Also write the score above the box.")
+    label: bool = Field(True, description="Also write the label.")
+    track_id: bool = Field(True, description="Also write the track id (#7) when tracking is on.")
+    attributes: bool = Field(True, description="Also write what secondary models found (a text, a class).")
 
 
 class Blur(Composite):
@@ -99,7 +122,7 @@ class Blur(Composite):
     params: BlurParams
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
-        for x0, y0, x1, y1 in _face_regions(frame, result, self.params.expand):
+        for x0, y0, x1, y1 in _regions(frame, result, self.params):
             region = frame[y0:y1, x0:x1]
             kx = _odd(self.params.strength * (x1 - x0))
             ky = _odd(self.params.strength * (y1 - y0))
@@ -114,7 +137,7 @@ class Pixelate(Composite):
     params: PixelateParams
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
-        for x0, y0, x1, y1 in _face_regions(frame, result, self.params.expand):
+        for x0, y0, x1, y1 in _regions(frame, result, self.params):
             region = frame[y0:y1, x0:x1]
             width, height = x1 - x0, y1 - y0
             blocks_x, blocks_y = min(self.params.blocks, width), min(self.params.blocks, height)
@@ -123,25 +146,55 @@ class Pixelate(Composite):
 
 
 class Boxes(Composite):
-    """Outline each face, with its landmarks and score if asked."""
+    """Outline each detection, with its caption (label, track id, score, attributes) if asked."""
 
     kind: ClassVar[str] = "boxes"
     Params: ClassVar[type[CompositeParams]] = BoxesParams
     params: BoxesParams
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
-        color = tuple(int(c) for c in self.params.color)
         thickness = self.params.thickness
-        for face in result.data.get("faces", ()):
-            x, y, w, h = (round(float(v)) for v in face["box"])
+        for found in detections.of(result.data):
+            if not self.params.wants(found):
+                continue
+            color = self._color(found)
+            x, y, w, h = (round(float(v)) for v in found["box"])
             cv2.rectangle(frame, (x, y), (x + w, y + h), color, thickness, cv2.LINE_AA)
             if self.params.landmarks:
-                for px, py in face.get("landmarks", ()):
+                for px, py in found.get("landmarks", ()):
                     center = (round(float(px)), round(float(py)))
                     cv2.circle(frame, center, thickness + 1, color, -1, cv2.LINE_AA)
-            if self.params.score and "score" in face:
+                if "quad" in found:
+                    quad = np.round(np.asarray(found["quad"], dtype=np.float64)).astype(np.int32)
+                    cv2.polylines(frame, [quad.reshape(-1, 1, 2)], True, color, 1, cv2.LINE_AA)
+            caption = self._caption(found)
+            if caption:
                 origin = (x, max(y - 2 * thickness, 12))
-                cv2.putText(frame, f"{face['score']:.2f}", origin, cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1)
+                cv2.putText(frame, caption, origin, cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1, cv2.LINE_AA)
+
+    def _color(self, found: Mapping[str, Any]) -> tuple[int, int, int]:
+        chosen = self.params.colors.get(str(found.get("label")))
+        if chosen is None and self.params.class_colors:
+            return _class_color(int(found.get("class_id", 0)))
+        b, g, r = chosen if chosen is not None else self.params.color
+        return (int(b), int(g), int(r))
+
+    def _caption(self, found: Mapping[str, Any]) -> str:
+        """`label #track score attribute...`, each part if asked and present (ASCII: Hershey fonts)."""
+        p = self.params
+        parts: list[str] = []
+        if p.label and found.get("label") is not None:
+            parts.append(str(found["label"]))
+        if p.track_id and "track_id" in found:
+            parts.append(f"#{found['track_id']}")
+        if p.score and "score" in found:
+            parts.append(f"{float(found['score']):.2f}")
+        if p.attributes:
+            for value in (found.get("attributes") or {}).values():
+                text = value.get("text", value.get("label")) if isinstance(value, dict) else None
+                if text:
+                    parts.append(str(text))
+        return " ".join(parts)
 
 
 # --- mattes ---------------------------------------------------------------------------------------
@@ -264,7 +317,9 @@ class CompositeStage(Stage):
         result = Result(data=frame.result or {}, arrays=frame.tensors)
         for composite in self.composites:
             composite.apply(canvas, result)
-        frame.tensors = {}  # drawn: the outputs need the pixels and the JSON result, not the matte
+        # Drawn: the outputs need the pixels and the JSON result, not the matte; embeddings of
+        # secondary models go on to the ZeroMQ output.
+        frame.tensors = {k: v for k, v in frame.tensors.items() if k.startswith(detections.EMBEDDINGS)}
         yield frame
 
 
@@ -287,17 +342,31 @@ def _gaussian(image: np.ndarray, kx: int, ky: int) -> np.ndarray:
     return cv2.resize(small, (width, height), interpolation=cv2.INTER_LINEAR)
 
 
-def _face_regions(frame: np.ndarray, result: Result, expand: float) -> Iterator[tuple[int, int, int, int]]:
-    """(x0, y0, x1, y1) of each face box grown by `expand`, clipped to the frame; slivers skipped."""
+def _regions(
+    frame: np.ndarray, result: Result, params: FaceRegionParams
+) -> Iterator[tuple[int, int, int, int]]:
+    """(x0, y0, x1, y1) of each wanted detection's box grown by `expand`, clipped to the frame;
+    slivers skipped."""
     height, width = frame.shape[:2]
-    for face in result.data.get("faces", ()):
-        x, y, w, h = (float(v) for v in face["box"])
+    expand = params.expand
+    for found in detections.of(result.data):
+        if not params.wants(found):
+            continue
+        x, y, w, h = (float(v) for v in found["box"])
         x0 = max(0, int(np.floor(x - expand * w)))
         y0 = max(0, int(np.floor(y - expand * h)))
         x1 = min(width, int(np.ceil(x + w + expand * w)))
         y1 = min(height, int(np.ceil(y + h + expand * h)))
         if x1 - x0 >= 2 and y1 - y0 >= 2:
             yield x0, y0, x1, y1
+
+
+def _class_color(class_id: int) -> tuple[int, int, int]:
+    """A fixed, well-spread BGR colour per class id (golden-ratio hues), the same on every run."""
+    hue = int((class_id * 0.618033988749895 % 1.0) * 180)
+    pixel = np.array([[[hue, 220, 255]]], dtype=np.uint8)
+    b, g, r = cv2.cvtColor(pixel, cv2.COLOR_HSV2BGR)[0, 0]
+    return int(b), int(g), int(r)
 
 
 def _alpha_weights(frame: np.ndarray, result: Result, kind: str) -> np.ndarray:

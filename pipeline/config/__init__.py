@@ -6,10 +6,12 @@ beside `path` and `task`) and composite parameters belong to the task and compos
 `stages/`: they are kept here as extra keys and checked there, since this package knows no model.
 
 - pipeline.config.sources: `sources:` items; pipeline.config.engine: `model:` and `engine:`;
-  pipeline.config.outputs: `composite:` and `outputs:`; pipeline.config.job: the whole `Config`
-  with `stages:`, `transport:` and `http:`; pipeline.config.loading: YAML, `--set`, errors.
+  pipeline.config.outputs: `composite:` and `outputs:`; pipeline.config.cascade: `secondary:` and
+  `tracking:`; pipeline.config.job: the whole `Config` with `stages:`, `transport:` and `http:`;
+  pipeline.config.loading: YAML, `--set`, errors.
 """
 
+from pipeline.config.cascade import SecondaryConfig, TrackingConfig
 from pipeline.config.engine import Backend, CalibrationConfig, EngineConfig, ModelConfig
 from pipeline.config.job import Config, HttpConfig, StageConfig, StagesConfig, TransportConfig
 from pipeline.config.loading import (
@@ -27,7 +29,8 @@ from pipeline.names import output_name
 
 __all__ = [
     "SOURCE_ID", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config", "EngineConfig",
-    "HttpConfig", "JsonlOutput", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SourceConfig",
-    "StageConfig", "StagesConfig", "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override",
-    "describe_validation_error", "load_config", "load_raw", "output_name", "resolve_inputs", "resolve_path", "validate_config",
+    "HttpConfig", "JsonlOutput", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SecondaryConfig",
+    "SourceConfig", "StageConfig", "StagesConfig", "TrackingConfig", "TransportConfig", "VideoFileOutput",
+    "ZmqOutput", "apply_override", "describe_validation_error", "load_config", "load_raw", "output_name", "resolve_inputs",
+    "resolve_path", "validate_config",
 ]

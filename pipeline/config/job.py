@@ -9,10 +9,11 @@ from pydantic import Field, model_validator
 
 from pipeline import uris
 from pipeline.config.base import _Model
+from pipeline.config.cascade import SecondaryConfig, TrackingConfig
 from pipeline.config.engine import EngineConfig, ModelConfig
 from pipeline.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from pipeline.config.sources import SourceConfig
-from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, output_name
+from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK, output_name
 
 
 class StageConfig(_Model):
@@ -23,10 +24,20 @@ class StagesConfig(_Model):
     preprocess: StageConfig = Field(default_factory=StageConfig, description="Preprocess stage.")
     postprocess: StageConfig = Field(default_factory=StageConfig, description="Postprocess stage.")
     composite: StageConfig = Field(default_factory=StageConfig, description="Composite stage.")
+    track: StageConfig = Field(
+        default_factory=StageConfig,
+        description="Tracking stage: each source sticks to one worker, so more workers help only with "
+        "more sources.",
+    )
+    secondary: StageConfig = Field(
+        default_factory=StageConfig,
+        description="Secondary models stage (one process runs every secondary model; with "
+        "reinfer_every its sources stick to one worker, as tracking's do).",
+    )
     fuse: bool = Field(
         default=False,
-        description="Run preprocess, postprocess and composite inside each infer process instead "
-        "of processes of their own (their `workers` are then unused): three hops fewer per frame, "
+        description="Run preprocess, postprocess, track, secondary and composite inside each infer process "
+        "instead of processes of their own (their `workers` are then unused): fewer hops per frame, "
         "faster when those stages are light and cores are few (docs/benchmarks.md, Fused stages).",
     )
     fuse_outputs: bool = Field(
@@ -153,6 +164,12 @@ class Config(_Model):
     version: Literal[1] = Field(default=1, description="Config format version.")
     sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
     model: ModelConfig = Field(description="The model and its task.")
+    secondary: tuple[SecondaryConfig, ...] = Field(
+        default=(), description="Models run on crops of the model's detections (a cascade), in order."
+    )
+    tracking: TrackingConfig | None = Field(
+        default=None, description="Track the model's detections per source (a track_id on each); null: off."
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
     composite: tuple[CompositeConfig, ...] = Field(
         default=(), description="Drawing steps applied, in order, to each frame before the outputs."
@@ -184,6 +201,7 @@ class Config(_Model):
                 if out.endpoint in endpoints:
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
+        self._check_secondary()
         names = self.stage_names()
         for name in self.transport.remote_stages:
             if name not in names:
@@ -192,11 +210,21 @@ class Config(_Model):
                 )
         return self
 
+    def _check_secondary(self) -> None:
+        names: set[str] = set()
+        for i, item in enumerate(self.secondary):
+            if item.name in names:
+                raise ValueError(f"secondary.{i}.name: duplicate name {item.name!r}")
+            names.add(item.name)
+            if item.reinfer_every is not None and self.tracking is None:
+                raise ValueError(f"secondary.{i}.reinfer_every: needs tracking: (a track id on each object)")
+
     def stage_names(self) -> list[str]:
         """The job's stages after decode, as the hub and the `worker` command name them: with
         `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
         (and more than one output), one `outputs` stage runs every output."""
-        names = [PREPROCESS, INFER, POSTPROCESS] + ([COMPOSITE] if self.composite else [])
+        names = [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])
+        names += ([SECONDARY] if self.secondary else []) + ([COMPOSITE] if self.composite else [])
         if self.stages.fuse:
             names = [INFER]
         outputs = [output_name(i, out.kind) for i, out in enumerate(self.outputs)]

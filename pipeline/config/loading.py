@@ -198,9 +198,9 @@ def resolve_path(template: str, source_id: str) -> str:
 
 
 def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
-    """Relative input paths (`model.path`, file sources) that do not exist from the current folder
-    but do under one of `roots` (the project), resolved there: the shipped configs then run from
-    anywhere. Output paths stay relative to the current folder."""
+    """Relative input paths (`model.path`, `secondary.N.path`, file sources) that do not exist from
+    the current folder but do under one of `roots` (the project), resolved there: the shipped configs
+    then run from anywhere. Output paths stay relative to the current folder."""
 
     def find(path: str) -> str:
         if "://" in path or Path(path).is_absolute() or Path(path).exists():
@@ -213,4 +213,5 @@ def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
 
     sources = tuple(s.model_copy(update={"uri": find(s.uri)}) for s in config.sources)
     model = config.model.model_copy(update={"path": find(config.model.path)})
-    return config.model_copy(update={"sources": sources, "model": model})
+    secondary = tuple(s.model_copy(update={"path": find(s.path)}) for s in config.secondary)
+    return config.model_copy(update={"sources": sources, "model": model, "secondary": secondary})

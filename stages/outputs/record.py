@@ -1,14 +1,23 @@
-"""The JSON record of one frame: what JSONL files hold and the header of a ZeroMQ message."""
+"""The JSON record of one frame: what JSONL files hold and the header of a ZeroMQ message.
+
+Version 2 (issue 11): every task that finds objects writes `results.detections` (stages.detections:
+box, score, class_id, label, and landmarks, quad, track_id, predicted, attributes where they apply)
+instead of version 1's `results.faces`; `arrays` describes the binary parts that follow the header
+on the ZeroMQ output (a secondary model's embeddings).
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import numpy as np
+
 from pipeline.frame import Frame
 from pipeline.names import COMPOSITE, DECODE, MIDDLE
+from stages.detections import EMBEDDINGS
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 STAGE_ORDER = (DECODE, *MIDDLE)
 
 
@@ -37,6 +46,12 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
     if frame.error:
         record["error"] = frame.error
     return record
+
+
+def embedding_arrays(frame: Frame) -> list[tuple[str, np.ndarray]]:
+    """The secondary models' embeddings of the frame (`embeddings.<name>`), by name: float32, one row
+    per object whose `attributes.<name>.embedding` holds its row."""
+    return sorted((k, v) for k, v in frame.tensors.items() if k.startswith(EMBEDDINGS))
 
 
 def composited_image(frame: Frame) -> Any:

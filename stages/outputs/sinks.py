@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import cv2
+import numpy as np
 
 from media.segments import Recording, Retention, Segment
 from media.video_reader import StreamInfo
@@ -18,7 +19,7 @@ from pipeline.errors import FramewireError
 from pipeline.frame import Frame, Stage, StageContext
 from pipeline.publish import Publisher
 from stages.outputs.jsonl import JsonlWriter
-from stages.outputs.record import RECORD_VERSION, composited_image, frame_record
+from stages.outputs.record import RECORD_VERSION, composited_image, embedding_arrays, frame_record
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class VideoFileSink(_PerSource):
         recording is cut in segments; a single file is only logged when it closes."""
         log.debug("video_file output %s: segment %d closed, %d frames", segment.path, segment.index, segment.frames)
         if self.config.segment_s is not None:
-            self.ctx.emit(segment.event(source_id, self.ctx.stage))
+            self.ctx.emit({"v": RECORD_VERSION, **segment.event(source_id, self.ctx.stage)})
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         decode = frame.timings.get("decode")
@@ -137,7 +138,8 @@ class JsonlSink(_PerSource):
 
 
 class ZmqSink(Stage):
-    """Publishes `[source_id, header JSON, optional JPEG]` for every frame of every source."""
+    """Publishes `[source_id, header JSON, optional JPEG, arrays...]` for every frame of every source;
+    the arrays are the secondary models' embeddings, described in the header's `arrays`."""
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
@@ -164,11 +166,18 @@ class ZmqSink(Stage):
                 raise FramewireError(f"zmq output: JPEG encoding failed for {frame.source_id}#{frame.seq}")
             image = encoded.tobytes()
             header["image"] = {"format": "jpeg", "bytes": len(image)}
-        self.publisher.send(frame.source_id, header, image)
+        arrays = embedding_arrays(frame)
+        if arrays:
+            header["arrays"] = [
+                {"name": name, "dtype": str(value.dtype), "shape": list(value.shape)}
+                for name, value in arrays
+            ]
+        buffers = [np.ascontiguousarray(value) for _, value in arrays]
+        self.publisher.send(frame.source_id, header, image, arrays=buffers)
         return ()
 
     def flush(self, source_id: str) -> Iterable[Frame]:
-        """Tell subscribers the source ended: `{"v": 1, "source": id, "eos": true}`."""
+        """Tell subscribers the source ended: `{"v": 2, "source": id, "eos": true}` (the record version)."""
         self.publisher.send(source_id, {"v": RECORD_VERSION, "source": source_id, "eos": True})
         return ()
 

@@ -16,13 +16,16 @@ from pydantic import BaseModel, ValidationError
 from pipeline.config import describe_validation_error
 from pipeline.errors import ConfigError
 from stages.tasks.base import Result, Task, TaskParams
+from stages.tasks.objects import ObjectTask
 
 __all__ = [
     "BUILTIN_TASKS",
+    "ObjectTask",
     "Result",
     "Task",
     "TaskParams",
     "get_task_class",
+    "resolve_object_task",
     "resolve_task",
     "validation_error",
 ]
@@ -32,8 +35,13 @@ log = logging.getLogger(__name__)
 BUILTIN_TASKS: dict[str, str] = {
     "face_detection": "stages.tasks.face_detection:FaceDetection",
     "matting": "stages.tasks.matting:Matting",
+    "detection": "stages.tasks.detection:Detection",
+    "classification": "stages.tasks.classification:Classification",
+    "text_detection": "stages.tasks.text_detection:TextDetection",
+    "text_recognition": "stages.tasks.text_recognition:TextRecognition",
 }
-"""Built-in task names and the class each one loads."""
+"""Built-in task names and the class each one loads (a Task for `model:`, an ObjectTask for
+`secondary:`; classification is both)."""
 
 
 def get_task_class(name: str) -> type[Task]:
@@ -45,12 +53,36 @@ def get_task_class(name: str) -> type[Task]:
             f"or a Python entry point written package.module:Class)"
         )
     cls = _load_entry_point(entry or name)
+    if inspect.isclass(cls) and issubclass(cls, ObjectTask) and not issubclass(cls, Task):
+        raise ConfigError(f"model.task: {name!r} runs on detected objects: use it in a secondary: item")
     if not (inspect.isclass(cls) and issubclass(cls, Task)) or inspect.isabstract(cls):
         raise ConfigError(
             f"model.task: {name!r} is not a concrete subclass of stages.tasks.base.Task "
             f"(built-in: {', '.join(BUILTIN_TASKS)})"
         )
     return cls
+
+
+def resolve_object_task(task_name: str, params: Mapping[str, Any], key: str) -> ObjectTask:
+    """A secondary model's task (an ObjectTask) from its name and keys; errors name `key`."""
+    entry = BUILTIN_TASKS.get(task_name)
+    if entry is None and ":" not in task_name:
+        raise ConfigError(f"{key}.task: unknown task {task_name!r} (on objects: classification, text_recognition)")
+    cls = _load_entry_point(entry or task_name)
+    if not (inspect.isclass(cls) and issubclass(cls, ObjectTask)) or inspect.isabstract(cls):
+        raise ConfigError(
+            f"{key}.task: {task_name!r} does not run on objects (not a stages.tasks.objects.ObjectTask; "
+            f"on objects: classification, text_recognition)"
+        )
+    try:
+        validated = cls.Params.model_validate(dict(params))
+    except ValidationError as exc:
+        from pipeline.config import SecondaryConfig
+
+        raise validation_error(exc, key, cls.Params, tuple(SecondaryConfig.model_fields)) from None
+    task = cls(validated)
+    task.key = key
+    return task
 
 
 def resolve_task(task_name: str, params: Mapping[str, Any]) -> Task:

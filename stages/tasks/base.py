@@ -27,8 +27,9 @@ class TaskParams(BaseModel):
 class Result:
     """A task's answer for one frame.
 
-    `data` is JSON-serialisable and is what subscribers and JSONL files receive (for example
-    `{"faces": [{"box": [x, y, w, h], "score": 0.98, "landmarks": [[x, y], ...]}]}`), in frame pixels.
+    `data` is JSON-serialisable and is what subscribers and JSONL files receive, in frame pixels
+    (for example `{"detections": [{"box": [x, y, w, h], "score": 0.98, "class_id": 0, "label": "face",
+    "landmarks": [[x, y], ...]}]}`; the shape is stages.detections' and the README's wire format).
     `arrays` holds tensors the composite needs but that are too big or too raw for JSON (a matte).
     """
 
@@ -36,14 +37,42 @@ class Result:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the model file says before an engine loads it: its tensors as declared in the file, and
+    its metadata (ONNX `metadata_props`: Ultralytics writes `names`, `imgsz` and `stride` there,
+    PaddleOCR's recogniser its `character` list)."""
+
+    path: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
 class Task(ABC):
     """A model family: how to prepare its input and decode its outputs. No engine, no I/O."""
 
     name: ClassVar[str]
     Params: ClassVar[type[TaskParams]] = TaskParams
+    gives_boxes: ClassVar[bool] = False
+    """Its results hold `detections` with boxes, so secondary models and tracking can follow it."""
 
     def __init__(self, params: TaskParams) -> None:
         self.params = params
+
+    def use_model(self, info: ModelInfo) -> None:
+        """Read what the task takes from the model file itself (input size, output format, labels);
+        the composition root calls it right after building the task. Raise ConfigError naming the
+        key when the file does not fit the parameters."""
+        return None
+
+    def labels(self) -> tuple[str, ...] | None:
+        """The names of the classes its detections carry, when known (checks `classes:` keys)."""
+        return None
+
+    def summary(self) -> str:
+        """One line on how the model is read (format, input, labels), for `validate`."""
+        return ""
 
     @abstractmethod
     def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:

@@ -1,7 +1,8 @@
 """YuNet face detection (OpenCV Zoo, 2023mar): the same preparation and decoding as cv2.FaceDetectorYN.
 
 The frame is scaled (keeping its aspect) and padded bottom/right with zeros to a multiple of 32, so one
-dynamic-size model serves every frame size without distorting faces. Boxes come back in frame pixels.
+dynamic-size model serves every frame size without distorting faces. Faces come back in frame pixels
+as detections of the class `face`, with their five landmarks (stages.detections).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import Field, field_validator
 
 from pipeline.errors import ConfigError
 from pipeline.tensors import TensorSpec
+from stages import detections
 from stages.tasks.base import Result, Task, TaskParams
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 STRIDES = (8, 16, 32)
 DIVISOR = 32
 INPUT_NAME = "input"
+LABEL = "face"
 NATIVE_SIZE = (640, 640)
 """Input size (width, height) fixed in the shipped YuNet file; other sizes need dynamic dims."""
 
@@ -83,12 +86,16 @@ class FaceDetection(Task):
 
     name: ClassVar[str] = "face_detection"
     Params: ClassVar[type[TaskParams]] = FaceDetectionParams
+    gives_boxes: ClassVar[bool] = True
 
     def __init__(self, params: TaskParams) -> None:
         if not isinstance(params, FaceDetectionParams):
             raise TypeError(f"FaceDetection needs FaceDetectionParams, got {type(params).__name__}")
         super().__init__(params)
         self.params: FaceDetectionParams = params
+
+    def labels(self) -> tuple[str, ...]:
+        return (LABEL,)
 
     @property
     def input_name(self) -> str:
@@ -184,7 +191,7 @@ class FaceDetection(Task):
             )
             faces = faces[np.asarray(keep, dtype=np.int64).reshape(-1)]
         scale = float(meta.get("scale", g.scale))
-        return Result(data={"faces": [_face_record(row, scale) for row in faces]})
+        return Result(data={detections.KEY: [_face_record(row, scale) for row in faces]})
 
     def _decode_stride(self, outputs: Mapping[str, np.ndarray], stride: int, g: _Geometry) -> np.ndarray:
         cols, rows = g.padded_width // stride, g.padded_height // stride
@@ -239,8 +246,7 @@ def _rows(outputs: Mapping[str, np.ndarray], name: str, count: int) -> np.ndarra
 
 def _face_record(row: np.ndarray, scale: float) -> dict[str, Any]:
     coords = row[:14].astype(np.float64) / scale
-    return {
-        "box": [round(float(v), 2) for v in coords[:4]],
-        "score": round(float(row[14]), 4),
-        "landmarks": [[round(float(coords[i]), 2), round(float(coords[i + 1]), 2)] for i in range(4, 14, 2)],
-    }
+    record = detections.make((0.0, 0.0, 0.0, 0.0), float(row[14]), 0, LABEL)
+    record["box"] = [round(float(v), 2) for v in coords[:4]]  # x, y, w, h as YuNet gives them
+    record["landmarks"] = [[round(float(coords[i]), 2), round(float(coords[i + 1]), 2)] for i in range(4, 14, 2)]
+    return record

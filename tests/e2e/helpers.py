@@ -129,7 +129,7 @@ def assert_faces_match(records: list[dict[str, Any]], frames: list[np.ndarray], 
     assert len(records) == len(frames)
     total = 0
     for record, image in zip(records, frames, strict=True):
-        ours = record["results"]["faces"]
+        ours = record["results"]["detections"]
         ref = reference_faces(image)
         assert len(ours) == len(ref), f"frame {record['seq']}: {len(ours)} faces, cv2 finds {len(ref)}"
         for face in ref:

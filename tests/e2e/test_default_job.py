@@ -88,7 +88,7 @@ def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
         out_frames = [f.to_ndarray(format="bgr24") for f in container.decode(video=0)]
     sharp_in, sharp_out, outside = [], [], []
     for record, before, after in zip(records, frames, out_frames, strict=True):
-        for face in record["results"]["faces"]:
+        for face in record["results"]["detections"]:
             x, y, w, h = (int(round(v)) for v in face["box"])
             x, y = max(x, 0), max(y, 0)
             sharp_in.append(cv2.Laplacian(cv2.cvtColor(before[y : y + h, x : x + w], cv2.COLOR_BGR2GRAY), cv2.CV_64F).var())
@@ -100,7 +100,7 @@ def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
     collector.done.wait(10)
     headers = [json.loads(p[1]) for p in collector.messages]
     assert [h["seq"] for h in headers if not h.get("eos")] == list(range(120))
-    assert headers[-1] == {"v": 1, "source": "carphone", "eos": True, "msg": 120}
+    assert headers[-1] == {"v": 2, "source": "carphone", "eos": True, "msg": 120}
     assert all(p[0] == b"carphone" for p in collector.messages)
     assert headers[5]["results"] == records[5]["results"]
     assert set(headers[5]["latency_ms"]) >= {"decode", "preprocess", "infer", "postprocess", "composite", "total"}

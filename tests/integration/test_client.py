@@ -17,8 +17,8 @@ from pipeline.publish import Publisher
 
 pytestmark = pytest.mark.timeout(120)
 
-HEADER = {"v": 1, "source": "cam", "seq": 3, "pts": 3000, "time": 0.12, "width": 8, "height": 6,
-          "results": {"faces": []}, "latency_ms": {"total": 4.0}}  # fmt: skip
+HEADER = {"v": 2, "source": "cam", "seq": 3, "pts": 3000, "time": 0.12, "width": 8, "height": 6,
+          "results": {"detections": []}, "latency_ms": {"total": 4.0}}  # fmt: skip
 
 
 def frame_header(seq: int) -> dict[str, object]:
@@ -39,18 +39,28 @@ def first(client: Client, publisher: Publisher, topic: str = "cam", timeout: flo
 
 def test_records_are_typed() -> None:
     _, jpeg = cv2.imencode(".jpg", np.full((6, 8, 3), 200, np.uint8))
-    record = parse([b"cam", json.dumps({**HEADER, "msg": 4}).encode(), jpeg.tobytes()], decode_images=True)
+    embeddings = np.arange(6, dtype=np.float32).reshape(2, 3)
+    header = {**HEADER, "msg": 4, "image": {"format": "jpeg", "bytes": len(jpeg)},
+              "arrays": [{"name": "embeddings.reid", "dtype": "float32", "shape": [2, 3]}]}  # fmt: skip
+    record = parse([b"cam", json.dumps(header).encode(), jpeg.tobytes(), embeddings.tobytes()], decode_images=True)
     assert isinstance(record, FrameRecord)
-    assert (record.source, record.seq, record.pts, record.width, record.results) == ("cam", 3, 3000, 8, {"faces": []})
+    assert (record.source, record.seq, record.pts, record.width, record.results) == ("cam", 3, 3000, 8, {"detections": []})
     assert record.pixels is not None and record.pixels.shape == (6, 8, 3) and abs(int(record.pixels.mean()) - 200) < 3
     assert record.image() is record.pixels and record.header["msg"] == 4
-    assert parse([b"cam", b'{"v": 1, "source": "cam", "eos": true}']) == EndOfStream("cam")
-    event = {"v": 1, "source": "cam", "event": "segment", "output": "output0.video_file", "path": "out/cam-3.mp4",
+    assert np.array_equal(record.arrays["embeddings.reid"], embeddings)
+    # Arrays without a JPEG come right after the header.
+    no_image = {**HEADER, "arrays": header["arrays"]}
+    record = parse([b"cam", json.dumps(no_image).encode(), embeddings.tobytes()])
+    assert isinstance(record, FrameRecord) and record.jpeg is None and record.arrays["embeddings.reid"].shape == (2, 3)
+    assert parse([b"cam", b'{"v": 2, "source": "cam", "eos": true}']) == EndOfStream("cam")
+    event = {"v": 2, "source": "cam", "event": "segment", "output": "output0.video_file", "path": "out/cam-3.mp4",
              "index": 3, "start": "2026-01-02T03:04:05.000000Z", "first_pts": 0, "frames": 1500,
              "duration_s": 60.0, "bytes": 123, "deleted": ["out/cam-0.mp4"]}  # fmt: skip
     closed = parse([b"cam", json.dumps(event).encode()])
     assert isinstance(closed, SegmentClosed) and (closed.index, closed.deleted) == (3, ("out/cam-0.mp4",))
-    for bad in ([b"cam"], [b"cam", b"not json"], [b"cam", b"[1]"], [b"cam", b'{"source": "cam", "seq": "x"}']):
+    bad_arrays = json.dumps(no_image).encode()
+    for bad in ([b"cam"], [b"cam", b"not json"], [b"cam", b"[1]"], [b"cam", b'{"source": "cam", "seq": "x"}'],
+                [b"cam", bad_arrays], [b"cam", bad_arrays, b"short"], [b"cam", json.dumps(HEADER).encode(), b"extra"]):
         with pytest.raises(ProtocolError):
             parse(bad)
 
@@ -72,7 +82,7 @@ def test_a_slow_subscriber_counts_exactly_what_it_lost(tmp_path: Path) -> None:
             received = 1
             while client.receive(timeout=1.0) is not None:
                 received += 1
-            publisher.send("cam", {"v": 1, "source": "cam", "eos": True})  # the end, once it caught up
+            publisher.send("cam", {"v": 2, "source": "cam", "eos": True})  # the end, once it caught up
             sent += 1
             assert isinstance(client.receive(timeout=10), EndOfStream)
             received += 1

@@ -147,7 +147,7 @@ def local_results(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     done = run_cli("run", "-c", str(config), "--no-progress", *LOCAL, timeout=60)
     assert done.returncode == 0, done.stderr
     found = results(tmp / "out" / "clip.jsonl")
-    assert len(found) == FRAMES and any(r["faces"] for r in found)
+    assert len(found) == FRAMES and any(r["detections"] for r in found)
     return found
 
 

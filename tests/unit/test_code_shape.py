@@ -1,5 +1,5 @@
 """The runtime stays readable (issue 9): no module of pipeline/ over 450 lines, no function of the
-runtime, the composition root, the stages, sources or media over 60 lines."""
+runtime, the composition root, the stages, engines, sources or media over 60 lines."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
-FUNCTION_PACKAGES = ("framewire", "pipeline", "app", "stages", "sources", "media")
+FUNCTION_PACKAGES = ("framewire", "pipeline", "app", "stages", "sources", "media", "engines")
 
 
 def test_no_runtime_module_is_too_long_to_read() -> None:

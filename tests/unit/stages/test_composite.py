@@ -16,7 +16,11 @@ from stages.tasks.base import Result
 
 pytestmark = pytest.mark.timeout(60)
 
-FACE = {"box": [100.0, 60.0, 80.0, 100.0], "score": 0.97, "landmarks": [[130.0, 100.0]] * 5}
+FACE = {"box": [100.0, 60.0, 80.0, 100.0], "score": 0.97, "class_id": 0, "label": "face", "landmarks": [[130.0, 100.0]] * 5}
+
+
+def _found(*items: dict[str, Any]) -> Result:
+    return Result(data={"detections": list(items)})
 
 
 def _noise(height: int = 272, width: int = 640, seed: int = 0) -> np.ndarray:
@@ -43,7 +47,7 @@ def test_registry_has_every_kind() -> None:
 def test_face_composites_change_pixels_only_inside_the_expanded_box(kind: str) -> None:
     frame = _noise()
     before = frame.copy()
-    resolve_composite(kind, {"expand": 0.25}).apply(frame, Result(data={"faces": [FACE]}))
+    resolve_composite(kind, {"expand": 0.25}).apply(frame, _found(FACE))
 
     inside = np.zeros(frame.shape[:2], dtype=bool)
     inside[35:185, 80:200] = True  # box 100..180 x 60..160 grown by 25 %: 80..200 x 35..185
@@ -57,7 +61,7 @@ def test_face_composites_clip_boxes_at_the_frame_edge(kind: str) -> None:
     frame = _noise()
     before = frame.copy()
     face = {"box": [600.0, -20.0, 80.0, 60.0], "score": 0.9}
-    resolve_composite(kind, {"expand": 0.0}).apply(frame, Result(data={"faces": [face]}))
+    resolve_composite(kind, {"expand": 0.0}).apply(frame, _found(face))
     changed = _changed(before, frame)
     assert changed[:40, 600:].mean() > 0.9
     changed[:40, 600:] = False
@@ -67,24 +71,24 @@ def test_face_composites_clip_boxes_at_the_frame_edge(kind: str) -> None:
 def test_pixelate_makes_flat_blocks() -> None:
     frame = _noise()
     face = {"box": [0.0, 0.0, 64.0, 64.0], "score": 0.9}
-    resolve_composite("pixelate", {"expand": 0.0, "blocks": 4}).apply(frame, Result({"faces": [face]}))
+    resolve_composite("pixelate", {"expand": 0.0, "blocks": 4}).apply(frame, _found(face))
     block = frame[16:32, 32:48].reshape(-1, 3)
     assert (block == block[0]).all()
 
 
 @pytest.mark.parametrize("kind", ["blur", "pixelate", "boxes"])
-def test_detection_composites_ignore_results_without_faces(kind: str) -> None:
+def test_detection_composites_ignore_results_without_detections(kind: str) -> None:
     frame = _noise()
     before = frame.copy()
     resolve_composite(kind, {}).apply(frame, Result(data={"matte": {"mean": 0.5}}))
-    resolve_composite(kind, {}).apply(frame, Result(data={"faces": []}))
+    resolve_composite(kind, {}).apply(frame, _found())
     np.testing.assert_array_equal(frame, before)
 
 
 def test_boxes_draws_the_outline_in_its_colour_and_leaves_the_rest() -> None:
     frame = np.zeros((272, 640, 3), dtype=np.uint8)
-    composite = resolve_composite("boxes", {"color": [255, 0, 0], "thickness": 3, "score": False})
-    composite.apply(frame, Result(data={"faces": [FACE]}))
+    composite = resolve_composite("boxes", {"color": [255, 0, 0], "thickness": 3, "score": False, "label": False})
+    composite.apply(frame, _found(FACE))
     assert frame[110, 100].tolist() == [255, 0, 0]  # left edge of the box
     assert frame[160, 140].tolist() == [255, 0, 0]  # bottom edge
     assert frame[100, 130].tolist() == [255, 0, 0]  # landmark
@@ -93,12 +97,63 @@ def test_boxes_draws_the_outline_in_its_colour_and_leaves_the_rest() -> None:
     assert not changed[:55].any() and not changed[:, 190:].any()
 
 
+@pytest.mark.parametrize("kind", ["blur", "pixelate", "boxes"])
+def test_detection_composites_filter_by_label_or_class_id(kind: str) -> None:
+    person = {"box": [300.0, 60.0, 80.0, 100.0], "score": 0.8, "class_id": 3, "label": "person"}
+    for classes, touched in ((["face"], (100, 180)), ([3], (300, 380)), (["face", "person"], None)):
+        frame = _noise()
+        before = frame.copy()
+        resolve_composite(kind, {"classes": classes}).apply(frame, _found(FACE, person))
+        columns = _changed(before, frame).any(axis=0)
+        face_side, person_side = columns[90:190].any(), columns[290:390].any()
+        if touched is None:
+            assert face_side and person_side
+        else:
+            assert (face_side, person_side) == (touched[0] == 100, touched[0] == 300)
+
+
+def test_detection_composites_read_version_1_faces() -> None:
+    frame = _noise()
+    before = frame.copy()
+    legacy = {"box": [100.0, 60.0, 80.0, 100.0], "score": 0.9}
+    resolve_composite("blur", {"classes": ["face"]}).apply(frame, Result(data={"faces": [legacy]}))
+    assert _changed(before, frame)[60:160, 100:180].mean() > 0.9
+
+
+def test_boxes_colours_per_label_and_per_class() -> None:
+    car = {"box": [300.0, 60.0, 80.0, 100.0], "score": 0.8, "class_id": 2, "label": "car"}
+    frame = np.zeros((272, 640, 3), dtype=np.uint8)
+    params = {"colors": {"car": [0, 0, 255]}, "color": [255, 0, 0], "score": False, "label": False}
+    resolve_composite("boxes", params).apply(frame, _found(FACE, car))
+    assert frame[110, 100].tolist() == [255, 0, 0] and frame[110, 300].tolist() == [0, 0, 255]
+    frame[...] = 0
+    params = {"class_colors": True, "score": False, "label": False, "landmarks": False}
+    resolve_composite("boxes", params).apply(frame, _found(FACE, car))
+    face_color, car_color = frame[110, 100].tolist(), frame[110, 300].tolist()
+    assert face_color != car_color and face_color != [0, 0, 0] and car_color != [0, 0, 0]
+    frame[...] = 0
+    resolve_composite("boxes", params).apply(frame, _found(car))
+    assert frame[110, 300].tolist() == car_color  # the same class gets the same colour every time
+
+
+def test_boxes_caption_shows_label_track_score_and_attributes() -> None:
+    from stages.composite import Boxes
+
+    plate = {"box": [300.0, 60.0, 80.0, 40.0], "score": 0.81, "class_id": 0, "label": "text", "track_id": 7,
+             "attributes": {"text": {"text": "EXIT", "score": 0.99}, "kind": {"label": "sign", "score": 0.7}}}
+    boxes = resolve_composite("boxes", {})
+    assert isinstance(boxes, Boxes)
+    assert boxes._caption(plate) == "text #7 0.81 EXIT sign"
+    quiet = resolve_composite("boxes", {"label": False, "track_id": False, "score": False, "attributes": False})
+    assert isinstance(quiet, Boxes) and quiet._caption(plate) == ""
+
+
 def test_apply_touches_only_the_frame_it_is_given() -> None:
     parent = _noise()
     before = parent.copy()
     view = parent[50:150, 200:400]
     face = {"box": [0.0, 0.0, 100.0, 100.0], "score": 0.9}
-    assert resolve_composite("blur", {}).apply(view, Result(data={"faces": [face]})) is None
+    assert resolve_composite("blur", {}).apply(view, _found(face)) is None
     changed = _changed(before, parent)
     assert changed[50:150, 200:400].any()
     changed[50:150, 200:400] = False
@@ -160,7 +215,7 @@ def test_background_blur_at_the_alpha_extremes() -> None:
 @pytest.mark.parametrize("kind", ["background_replace", "background_blur"])
 def test_matte_composites_fail_without_alpha(kind: str) -> None:
     with pytest.raises(ConfigError, match=f"composite '{kind}' needs a matte"):
-        resolve_composite(kind, {}).apply(_noise(), Result(data={"faces": [FACE]}))
+        resolve_composite(kind, {}).apply(_noise(), _found(FACE))
 
 
 def test_unknown_kind_names_the_index() -> None:
@@ -219,7 +274,7 @@ def test_stage_draws_into_output_and_keeps_the_decoded_image() -> None:
     stage = CompositeStage([resolve_composite("pixelate", {}), resolve_composite("boxes", {}, 1)])
     stage.start(StageContext("composite", 0))
 
-    frame = _frame(_FakePool(image=image, output=output), {"faces": [FACE]})
+    frame = _frame(_FakePool(image=image, output=output), {"detections": [FACE]})
     assert list(stage.process(frame)) == [frame]
 
     np.testing.assert_array_equal(image, original)

@@ -74,7 +74,7 @@ def test_matches_opencv_face_detector_on_real_frames(
         buffer = np.empty(spec.shape, dtype=np.float32)
         meta = task.preprocess(frame, buffer)
         outputs = engine.infer({task.input_name: buffer}, task.output_names)
-        faces = task.postprocess(outputs, meta, width, height).data["faces"]
+        faces = task.postprocess(outputs, meta, width, height).data["detections"]
 
         scale = meta["scale"]
         size = (round(width * scale), round(height * scale))
@@ -172,18 +172,18 @@ def test_postprocess_decodes_grid_cells_and_suppresses_duplicates_exactly() -> N
     out["bbox_32"][0, 3] = [0.5, 0.5, 0.0, 0.0]
     out["kps_32"][0, 3] = [0.5] * 10
 
-    faces = task.postprocess(out, {"scale": 0.5}, 128, 128).data["faces"]
+    faces = task.postprocess(out, {"scale": 0.5}, 128, 128).data["detections"]
 
     assert faces == [
-        {"box": [64.0, 64.0, 64.0, 64.0], "score": 0.99, "landmarks": [[96.0, 96.0]] * 5},
-        {"box": [40.0, 12.0, 32.0, 48.0], "score": 0.95, "landmarks": [[48.0, 32.0]] * 5},
+        {"box": [64.0, 64.0, 64.0, 64.0], "score": 0.99, "class_id": 0, "label": "face", "landmarks": [[96.0, 96.0]] * 5},
+        {"box": [40.0, 12.0, 32.0, 48.0], "score": 0.95, "class_id": 0, "label": "face", "landmarks": [[48.0, 32.0]] * 5},
     ]
     assert all(type(v) is float for face in faces for v in face["box"])
 
 
 def test_postprocess_with_no_face_gives_an_empty_list() -> None:
     result = _task().postprocess(_synthetic_outputs(64, 64), {"scale": 1.0}, 64, 64)
-    assert result.data == {"faces": []}
+    assert result.data == {"detections": []}
     assert result.arrays == {}
 
 

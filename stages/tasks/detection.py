@@ -1,0 +1,197 @@
+"""A generic object detector, configured instead of coded: YOLOv5/v8/11, YOLOX, end-to-end exports.
+
+The output format comes from the model's output shapes and metadata (stages.tasks.detection_formats)
+or from `format:`; preprocessing from the keys of `ImageParams`; labels from a file, a list or the
+model's metadata. Boxes come back in frame pixels as `stages.detections` records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, FilePath, field_validator
+
+from pipeline.errors import ConfigError
+from pipeline.tensors import TensorSpec
+from stages import detections
+from stages.tasks.base import ModelInfo, Result, Task, TaskParams
+from stages.tasks.detection_formats import FORMATS, Layout, decode, find_layout
+from stages.tasks.imaging import ImageInput, ImageParams
+from stages.tasks.labels import class_filter, label_of, read_labels
+
+log = logging.getLogger(__name__)
+
+
+class DetectionParams(ImageParams):
+    """Keys of `model:` for `task: detection` (besides the preprocessing keys of ImageParams)."""
+
+    format: Literal["auto", "yolov5", "yolov8", "yolox", "end2end", "separate"] = Field(
+        "auto", description="The output format; auto: from the output shapes and the model's metadata."
+    )
+    strides: tuple[int, ...] = Field((8, 16, 32), min_length=1, description="yolox: the grid strides.")
+    box_format: Literal["xyxy", "cxcywh", "xywh"] = Field(
+        "xyxy", description="separate: how the boxes output writes a box."
+    )
+    box_units: Literal["pixels", "normalized"] = Field(
+        "pixels", description="Boxes in model-input pixels, or normalised to 0-1 (some end-to-end exports)."
+    )
+    labels: FilePath | tuple[str, ...] | None = Field(
+        None, description="A labels file (one per line) or a list; default: the model's metadata `names`."
+    )
+    classes: tuple[int | str, ...] | None = Field(
+        None, description="Keep only these classes (labels or ids); default: all."
+    )
+    score_threshold: float = Field(0.25, ge=0.0, le=1.0, description="Minimum score of a detection.")
+    iou_threshold: float = Field(0.45, ge=0.0, le=1.0, description="NMS: suppress boxes overlapping more.")
+    nms: Literal["auto", "class", "agnostic", "none"] = Field(
+        "auto",
+        description="class: boxes suppress boxes of their class; agnostic: any box; none: the model did it. "
+        "auto: none for end2end and separate, class for the others.",
+    )
+    max_detections: int = Field(300, ge=1, le=100000, description="At most this many detections a frame.")
+
+    @field_validator("strides")
+    @classmethod
+    def _positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(s <= 0 for s in value):
+            raise ValueError("strides must be positive")
+        return value
+
+
+class Detection(Task):
+    """Any single-input detector whose outputs fit one of `FORMATS`."""
+
+    name: ClassVar[str] = "detection"
+    Params: ClassVar[type[TaskParams]] = DetectionParams
+    gives_boxes: ClassVar[bool] = True
+
+    def __init__(self, params: TaskParams) -> None:
+        if not isinstance(params, DetectionParams):
+            raise TypeError(f"Detection needs DetectionParams, got {type(params).__name__}")
+        super().__init__(params)
+        self.params: DetectionParams = params
+        self.image = ImageInput(params, self.name)
+        self.layout: Layout | None = None
+        self._labels: tuple[str, ...] | None = None
+        self._label_source = ""
+        self._keep: frozenset[int] | None = None
+
+    def use_model(self, info: ModelInfo) -> None:
+        self.image.bind(info)
+        self.layout = find_layout(
+            info.outputs, info.metadata, self._fixed_size(), self.params.strides, self.params.format
+        )
+        labels, source = read_labels(self._label_source_param(), info.metadata, "model.labels")
+        classes = self.layout.classes
+        if labels is not None and classes is not None and len(labels) != classes:
+            output = ", ".join(repr(n) for n in self.layout.outputs if n)
+            raise ConfigError(
+                f"model.labels: {len(labels)} labels ({source}) but the model's output {output} has "
+                f"{classes} classes"
+            )
+        self._labels, self._label_source = labels, source
+        self._keep = class_filter(self.params.classes, labels, classes, "model.classes")
+
+    def labels(self) -> tuple[str, ...] | None:
+        return self._labels
+
+    def summary(self) -> str:
+        layout = self._layout()
+        p = self.params
+        classes = f"{layout.classes} classes" if layout.classes is not None else "classes unknown"
+        labels = f"labels from {self._label_source}" if self._labels else "no labels (class ids)"
+        return (
+            f"detection: format {layout.format} ({layout.why}), {classes}, {labels}; "
+            f"input {self.image.name!r} "
+            f"{p.input_size if p.input_size != 'model' else 'as in the model'}, {p.resize}"
+            f"{' ' + p.pad if p.resize == 'letterbox' else ''}, {p.channels.upper()}, scale {p.scale}"
+        )
+
+    @property
+    def input_name(self) -> str:
+        return self.image.name
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(name for name in self._layout().outputs if name)
+
+    def dynamic_axes(self) -> dict[str, tuple[int, ...]]:
+        return self.image.dynamic_axes()
+
+    def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
+        """The model as loaded must still have the input and the outputs its layout reads."""
+        layout = self._layout()
+        if not any(t.name == self.image.name for t in inputs):
+            raise ConfigError(f"detection: the model has no input {self.image.name!r}")
+        by_name = {t.name: t for t in outputs}
+        missing = [name for name in self.output_names if name not in by_name]
+        if missing:
+            raise ConfigError(f"detection: the model has no output {missing[0]!r}")
+        if layout.format != "separate":
+            find_layout([by_name[layout.outputs[0]]], {}, None, self.params.strides, layout.format)
+
+    def input_spec(self, frame_width: int, frame_height: int) -> TensorSpec:
+        return self.image.spec(frame_width, frame_height)
+
+    def preprocess(self, frame: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+        self.image.fill(frame, out)
+        return {}
+
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], meta: Mapping[str, Any], frame_width: int, frame_height: int
+    ) -> Result:
+        """Decode, filter by class, NMS, and map the boxes back to frame pixels."""
+        layout, p = self._layout(), self.params
+        g = self.image.geometry(frame_width, frame_height)
+        found = decode(layout, outputs, (g.width, g.height), p.strides, p.score_threshold, p.box_format)
+        if p.box_units == "normalized":
+            found.boxes = found.boxes * np.array([g.width, g.height, g.width, g.height], dtype=np.float64)
+        if self._keep is not None:
+            keep = np.isin(found.class_ids, list(self._keep))
+            found.boxes, found.scores, found.class_ids = (
+                found.boxes[keep],
+                found.scores[keep],
+                found.class_ids[keep],
+            )
+        nms = p.nms if p.nms != "auto" else ("none" if layout.format in ("end2end", "separate") else "class")
+        if nms == "none":
+            order = np.argsort(-found.scores, kind="stable")[: p.max_detections]
+        else:
+            ids = found.class_ids if nms == "class" else None
+            order = detections.nms(found.boxes, found.scores, ids, p.iou_threshold, p.max_detections)
+        boxes = g.to_frame(found.boxes[order], frame_width, frame_height)
+        records = [
+            detections.make(
+                box,
+                float(found.scores[i]),
+                int(found.class_ids[i]),
+                label_of(self._labels, int(found.class_ids[i])),
+            )
+            for box, i in zip(boxes, order, strict=True)
+        ]
+        return Result(data={detections.KEY: records})
+
+    def _layout(self) -> Layout:
+        if self.layout is None:
+            raise RuntimeError("detection: use_model() was not called")
+        return self.layout
+
+    def _fixed_size(self) -> tuple[int, int] | None:
+        """The input size when it does not depend on the frame (a YOLOX grid can then be checked)."""
+        size = self.params.input_size
+        if size == "auto":
+            return None
+        if size == "model":
+            return self.image.fixed or self.image.metadata_size
+        return size
+
+    def _label_source_param(self) -> Path | tuple[str, ...] | None:
+        labels = self.params.labels
+        return Path(labels) if isinstance(labels, Path) else labels
+
+
+__all__ = ["FORMATS", "Detection", "DetectionParams"]
