@@ -93,7 +93,7 @@ def test_a_secondary_model_on_a_primary_that_gives_no_boxes() -> None:
             {"task": "text_recognition", "classes": ["txt"]},
             "secondary.0.classes: 'txt' is not a label of the model (labels: text)",
         ),
-        ({"task": "text_recognition", "min_scor": 1}, "secondary.0.min_scor: Extra inputs are not permitted"),
+        ({"task": "text_recognition", "min_scor": 1}, "secondary.0.min_scor: unknown key (did you mean min_score?)"),
         (
             {"task": "text_recognition", "path": "nope.onnx"},
             "secondary.0.path: model file not found: nope.onnx",

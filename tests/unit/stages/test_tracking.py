@@ -113,7 +113,7 @@ def test_the_stage_tracks_only_the_classes_asked() -> None:
 
 
 def test_tracking_keys_are_checked_in_one_line() -> None:
-    with pytest.raises(ConfigError, match=r"^tracking.lost_frame: Extra inputs are not permitted"):
+    with pytest.raises(ConfigError, match=r"^tracking.lost_frame: unknown key \(did you mean lost_frames\?\)$"):
         resolve_tracking({"lost_frame": 3})
     with pytest.raises(ConfigError, match=r"low_threshold 0.6 is above tracking.track_threshold 0.5"):
         resolve_tracking({"low_threshold": 0.6})

@@ -44,7 +44,7 @@ def test_embeddings_follow_the_header_as_described(tmp_path: Path) -> None:
         np.testing.assert_array_equal(received[row], vectors[1])
         list(sink.flush("cam"))
         end = json.loads(pull.recv_multipart()[1])
-        assert end == {"v": 2, "source": "cam", "eos": True}
+        assert end == {"v": 2, "source": "cam", "eos": True, "msg": 1}  # msg: its number on the topic
     finally:
         pull.close(linger=0)
         ctx.term()
