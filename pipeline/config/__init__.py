@@ -10,6 +10,7 @@ beside `path` and `task`) and composite parameters belong to the task and compos
   with `stages:`, `transport:` and `http:`; pipeline.config.loading: YAML, `--set`, errors.
 """
 
+from pipeline.config.audio import AudioConfig, MissingAudioConfig
 from pipeline.config.engine import Backend, CalibrationConfig, EngineConfig, ModelConfig
 from pipeline.config.job import Config, HttpConfig, StageConfig, StagesConfig, TransportConfig
 from pipeline.config.loading import (
@@ -22,11 +23,12 @@ from pipeline.config.loading import (
 )
 from pipeline.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from pipeline.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, SourceConfig
+from pipeline.config.steps import StepConfig
 from pipeline.names import output_name
 
 __all__ = [
-    "SOURCE_ID", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config", "EngineConfig",
-    "HttpConfig", "JsonlOutput", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SourceConfig",
-    "StageConfig", "StagesConfig", "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override",
+    "SOURCE_ID", "AudioConfig", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config", "EngineConfig",
+    "HttpConfig", "JsonlOutput", "MissingAudioConfig", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SourceConfig",
+    "StageConfig", "StagesConfig", "StepConfig", "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override",
     "describe_validation_error", "load_config", "output_name", "resolve_inputs", "resolve_path", "validate_config",
 ]

@@ -12,6 +12,7 @@ from pipeline.config.base import _Model
 from pipeline.config.engine import EngineConfig, ModelConfig
 from pipeline.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from pipeline.config.sources import SourceConfig
+from pipeline.config.steps import StepConfig
 from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, output_name
 
 
@@ -153,6 +154,11 @@ class Config(_Model):
     version: Literal[1] = Field(default=1, description="Config format version.")
     sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
     model: ModelConfig = Field(description="The model and its task.")
+    steps: tuple[StepConfig, ...] = Field(
+        default=(),
+        description="Stages run on each frame before preprocessing, in order: audio features, voice "
+        "activity, the region a generator works on (README, Audio).",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
     composite: tuple[CompositeConfig, ...] = Field(
         default=(), description="Drawing steps applied, in order, to each frame before the outputs."
@@ -184,6 +190,7 @@ class Config(_Model):
                 if out.endpoint in endpoints:
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
+        self._steps_fit()
         names = self.stage_names()
         for name in self.transport.remote_stages:
             if name not in names:
@@ -192,11 +199,18 @@ class Config(_Model):
                 )
         return self
 
+    def _steps_fit(self) -> None:
+        seen = {PREPROCESS, INFER, POSTPROCESS, COMPOSITE, OUTPUTS}
+        for i, step in enumerate(self.steps):
+            if step.stage in seen or step.stage.startswith("output"):
+                raise ValueError(f"steps.{i}.name: {step.stage!r} is already a stage name; name the step")
+            seen.add(step.stage)
+
     def stage_names(self) -> list[str]:
         """The job's stages after decode, as the hub and the `worker` command name them: with
         `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
         (and more than one output), one `outputs` stage runs every output."""
-        names = [PREPROCESS, INFER, POSTPROCESS] + ([COMPOSITE] if self.composite else [])
+        names = [s.stage for s in self.steps] + [PREPROCESS, INFER, POSTPROCESS] + ([COMPOSITE] if self.composite else [])
         if self.stages.fuse:
             names = [INFER]
         outputs = [output_name(i, out.kind) for i, out in enumerate(self.outputs)]
