@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 BUILTIN_TASKS: dict[str, str] = {
     "face_detection": "stages.tasks.face_detection:FaceDetection",
     "matting": "stages.tasks.matting:Matting",
+    "generator": "stages.tasks.generator:Generator",
 }
 """Built-in task names and the class each one loads."""
 
