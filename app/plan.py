@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from app.preload import PRELOAD
 from engines.base import Engine
 from engines.batch_rewrite import with_batch_axis
@@ -20,14 +21,17 @@ from pipeline.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, 
 from pipeline.errors import ConfigError
 from pipeline.frame import FrameSource
 from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
+from pipeline.names import MIDDLE
 from pipeline.remote import RemoteSettings
-from sources import build_source
+from sources import AudioNeed, build_source
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
 from stages.infer import Infer
 from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
 from stages.preprocess import Preprocess
+from stages.steps import resolve_step
+from stages.steps.base import Step
 from stages.tasks import resolve_task
 from stages.tasks.base import Task
 
@@ -42,6 +46,10 @@ def build_composites(config: Config) -> list[Composite]:
 
 
 # Factories: module-level so that spawn can pickle them by reference.
+
+
+def _step(config: Config, index: int) -> Step:
+    return resolve_step(config.steps[index], index, config.engine, audio_rate(config))
 
 
 def _preprocess(config: Config) -> Preprocess:
@@ -96,6 +104,7 @@ def _composite(config: Config) -> CompositeStage:
 
 def _fused(config: Config) -> Fused:
     stages: list[tuple[str, Any]] = [
+        *((step.stage, _step(config, i)) for i, step in enumerate(config.steps)),
         ("preprocess", _preprocess(config)),
         ("infer", _infer(config)),
         ("postprocess", _postprocess(config)),
@@ -120,8 +129,9 @@ def _output(config: Config, index: int) -> Any:
     raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
 
 
-def _source(source: SourceConfig) -> FrameSource:
-    return build_source(source)  # a file, a live stream or camera, or a ZeroMQ source
+def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
+    # A file, a live stream or camera, or a ZeroMQ source; with audio, held for the steps' `need`.
+    return build_source(source, need, slots)
 
 
 def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -144,11 +154,13 @@ def check(config: Config) -> Task:
 
     task = build_task(config)
     build_composites(config)
+    steps = build_steps(config)
     model = Path(config.model.path)
     if not model.is_file():
         raise ConfigError(f"model.path: model file not found: {config.model.path}")
     inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
+    check_audio(config, task, steps)
     return task
 
 
@@ -159,6 +171,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
     if check_engine:
         preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
+        *((step.stage, step.workers, functools.partial(_step, config, i)) for i, step in enumerate(config.steps)),
         ("preprocess", config.stages.preprocess.workers, functools.partial(_preprocess, config)),
         ("infer", infer_workers(config.engine), functools.partial(_infer, config)),
         ("postprocess", config.stages.postprocess.workers, functools.partial(_postprocess, config)),
@@ -175,7 +188,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
     if config.stages.fuse_outputs and len(outputs) > 1:
         members["outputs"] = tuple(name for name, _ in outputs)
         outputs = (("outputs", functools.partial(_outputs, config)),)
-    sources = tuple(source_plan(s) for s in config.sources)
+    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source) for s in config.sources)
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -196,6 +209,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, check_engine
         make_source=functools.partial(make_source, config),
         members=members,
         ordered=frozenset(name for name, _, factory in middle if factory().ordered),
+        restartable=frozenset(MIDDLE) | {s.stage for s in config.steps},
         remote=_remote(config),
     )
 
@@ -221,10 +235,10 @@ def _http(config: Config) -> HttpSettings | None:
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
 
 
-def source_plan(source: SourceConfig) -> SourcePlan:
+def source_plan(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
     return SourcePlan(
         source.id,
-        functools.partial(_source, source),
+        functools.partial(_source, source, need, slots),
         SourceOptions(
             policy=source.policy,
             realtime=source.realtime,
@@ -246,4 +260,6 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source")) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[1]])
-    return source_plan(resolved.sources[0])
+    if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
+        check_audio(resolved, build_task(config), build_steps(config))
+    return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)
