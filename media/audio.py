@@ -55,14 +55,24 @@ class ToMono:
 
     def __init__(self, rate: int) -> None:
         self.rate = rate
-        self._resampler = AudioResampler(format="flt", layout="mono", rate=rate)
+        # Planar at the input's own layout, then the channels averaged here: libswresample's own
+        # downmix adds channels at -3 dB, which makes a stereo file with two equal channels 41% louder.
+        self._resampler = AudioResampler(format="fltp", rate=rate)
+        self._input: tuple[str, int] | None = None
         self._next_s: float | None = None
 
     def push(self, frame: av.AudioFrame | None, offset_s: float = 0.0) -> list[AudioChunk]:
         """Resample one decoded frame (None: flush); its time is `pts * time_base + offset_s`."""
         out: list[AudioChunk] = []
+        if frame is not None:
+            shape = (frame.layout.name, frame.sample_rate)
+            if self._input is not None and shape != self._input:  # a stream that changed its layout
+                out += self.flush(offset_s)
+                self._resampler = AudioResampler(format="fltp", rate=self.rate)
+            self._input = shape
         for resampled in self._resampler.resample(frame):
-            samples = resampled.to_ndarray().reshape(-1).astype(np.float32, copy=False)
+            planes = resampled.to_ndarray()
+            samples = (planes[0] if planes.shape[0] == 1 else planes.mean(axis=0)).astype(np.float32, copy=False)
             if resampled.pts is not None and resampled.time_base is not None:
                 time_s = float(resampled.pts * resampled.time_base) + offset_s
             else:  # no timestamps upstream: the samples follow the previous ones

@@ -335,6 +335,9 @@ class AudioGate:
             if window is not None and window.complete:
                 self.counts["waited"] += waited
                 return True
+            end = ring.end_s() if ring is not None and clip_to_end else None
+            if end is not None and time_s >= end:
+                return False  # past the end of the audio: a template driven by it ends here
             pending = window is None or window.pending > 0
             if not pending or self.interrupted() or (self.feed.live and time.monotonic() >= due):
                 return self._missing()
