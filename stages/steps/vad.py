@@ -96,7 +96,12 @@ class _Segments:
         """Whether `sample` lies in speech (segments padded by `pad` on both sides)."""
         if self.start is not None and sample >= self.start - pad:
             return True
-        return any(s - pad <= sample < e + pad for s, e in self.done[-8:])
+        for start, end in reversed(self.done):  # newest first: a frame asks about recent samples
+            if end + pad <= sample:
+                return False
+            if start - pad <= sample:
+                return True
+        return False
 
 
 @dataclass

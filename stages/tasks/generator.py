@@ -179,11 +179,12 @@ class Generator(Task):
         spec = self._specs.get(name)
         if spec is None:
             return
-        fixed = [d for d in spec.shape if isinstance(d, int)]
-        if len(fixed) == len(spec.shape) and -1 not in tensor and int(np.prod(fixed)) != int(np.prod(tensor)):
+        fixed = [d for d in spec.shape[1:] if isinstance(d, int)]  # the batch axis aside
+        values = int(np.prod(tensor[1:]))
+        if len(fixed) == len(spec.shape) - 1 and -1 not in tensor and int(np.prod(fixed)) != values:
             raise ConfigError(
                 f"model.inputs.{name}: the model input is {list(spec.shape)}, step {step!r} gives "
-                f"{list(tensor)} ({int(np.prod(tensor))} values); set that step's window_ms, features or shape"
+                f"{list(tensor)} ({values} values); set that step's window_ms, features or shape"
             )
 
     # --- per frame ---------------------------------------------------------------------------------
