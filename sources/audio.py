@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.002
 """How often a frame waiting for its audio looks again (a 25 fps frame lasts 40 ms)."""
+INTERLEAVING_S = 0.5
+"""How far a stream's audio may come after its frames, beyond the window (muxers interleave by this)."""
 
 
 @dataclass(frozen=True)
@@ -324,25 +326,36 @@ class AudioGate:
         a live source's frame may wait for its audio. `clip_to_end`: once the audio has ended, the
         part of the window past its end is not missing (a template driven by the audio ends there)."""
         if due is None:
-            wait = self.policy.wait_ms / 1000.0 if self.policy.policy == "wait" else 0.0
-            due = time.monotonic() + wait
+            due = time.monotonic() + self.wait_s()
         waited = False
         while True:
-            if self.feed.error:
-                raise SourceError(self.feed.error)
-            ring = self.feed.ring
-            window = self._window(ring, time_s, clip_to_end) if ring is not None else None
-            if window is not None and window.complete:
-                self.counts["waited"] += waited
-                return True
-            end = ring.end_s() if ring is not None and clip_to_end else None
-            if end is not None and time_s >= end:
-                return False  # past the end of the audio: a template driven by it ends here
-            pending = window is None or window.pending > 0
-            if not pending or self.interrupted() or (self.feed.live and time.monotonic() >= due):
-                return self._missing()
+            decided = self.ready(time_s, due, clip_to_end=clip_to_end)
+            if decided is not None:
+                self.counts["waited"] += waited and decided
+                return decided
             waited = True
             time.sleep(POLL_S)
+
+    def wait_s(self) -> float:
+        """How long a live frame may wait for late audio by the policy (0 but for `wait`)."""
+        return self.policy.wait_ms / 1000.0 if self.policy.policy == "wait" else 0.0
+
+    def ready(self, time_s: float, due: float, *, clip_to_end: bool = False, final: bool = False) -> bool | None:
+        """`admit` without waiting: True or False once decided, None while the window may still
+        complete (before `due` for a live source; ever, for a file). `final`: no more will come."""
+        if self.feed.error:
+            raise SourceError(self.feed.error)
+        ring = self.feed.ring
+        window = self._window(ring, time_s, clip_to_end) if ring is not None else None
+        if window is not None and window.complete:
+            return True
+        end = ring.end_s() if ring is not None and clip_to_end else None
+        if end is not None and time_s >= end:
+            return False  # past the end of the audio: a template driven by it ends here
+        pending = window is None or window.pending > 0
+        if not pending or final or self.interrupted() or (self.feed.live and time.monotonic() >= due):
+            return self._missing()
+        return None
 
     def _window(self, ring: AudioRing, time_s: float, clip_to_end: bool) -> Any:
         # Before the audio began there is nothing to wait for: not missing, only silent.
@@ -408,9 +421,35 @@ class WithAudio:
         return read_ahead_limit(self.feed, self._last_s, self.lookback_s, self.gate.need)
 
     def frames(self) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
+        if isinstance(self.feed.producer, PushedAudioFrames):
+            yield from self._interleaved()
+            return
         for image, pts, time_s in self.inner.frames():
             self._last_s = time_s
             if self.gate.admit(time_s):
+                yield image, pts, time_s
+
+    def _interleaved(self) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
+        """The stream's own audio comes in the same stream as its frames, after them by the window's
+        length: waiting for it in the reading thread would stop it from coming. Frames wait in a
+        queue instead, while the stream is read on, until their window is complete or too late:
+        the window's length plus the policy's wait plus half a second of the stream's interleaving."""
+        queue: deque[tuple[np.ndarray | PendingPixels, int, float, float]] = deque()
+        hold = self.gate.need.after_s + self.gate.wait_s() + INTERLEAVING_S
+        for image, pts, time_s in self.inner.frames():
+            self._last_s = time_s
+            queue.append((image, pts, time_s, time.monotonic() + hold))
+            yield from self._release(queue, final=False)
+        yield from self._release(queue, final=True)
+
+    def _release(self, queue: deque[Any], *, final: bool) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
+        while queue:
+            image, pts, time_s, due = queue[0]
+            decided = self.gate.ready(time_s, due, final=final)
+            if decided is None:
+                return
+            queue.popleft()
+            if decided:
                 yield image, pts, time_s
 
     def stats(self) -> dict[str, Any]:

@@ -274,3 +274,39 @@ def test_an_audio_file_that_ends_before_the_video_follows_the_policy(tmp_path: P
     assert 30 <= len(kept) <= 45 and kept[-1]["time"] < 2.0
     assert "audio window is incomplete: dropped" in dropped.stderr
 
+
+
+def test_an_rtsp_stream_with_its_own_audio_stays_in_sync(media: Path, tmp_path: Path) -> None:
+    """RTSP with audio (`audio.uri: self`): the sound comes in the same stream as the frames (H.264
+    and L16 tracks from the test server), 20 s at the stream's own pace."""
+    from tests.support import clips, rtsp_server
+
+    clip = clips.make_clip(tmp_path / "face.mp4", frames=120, fps=25, width=176, height=144, from_clip=VIDEOS / "carphone_pristine.mp4")
+    bursts = bursts_over(30.0)
+    write_audio(tmp_path / "bursts.wav", tone_bursts(30.0, bursts))
+    port = rtsp_server.free_port()
+    server = rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "bursts.wav"))
+    try:
+        source = (
+            f"sources=[{{id: cam, uri: 'rtsp://127.0.0.1:{port}/live', max_frames: 500, "
+            "audio: {uri: self, missing: {policy: wait, wait_ms: 1000}}}]"
+        )
+        done = run_cli(
+            "run", "-c", LIPSYNC, "--no-progress", "--set", source,
+            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "cam"), timeout=120,
+        )  # fmt: skip
+    finally:
+        server.kill()
+        server.wait()
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_jsonl(tmp_path / "cam.jsonl")
+    index = [round(r["time"] * 25) for r in records]  # a live source may drop a frame: its pts tell which
+    with VideoReader("t", str(clip)) as reader:
+        pictures = [f.image for f in reader.frames()]
+    lift = brightening(tmp_path / "cam.mp4", [pictures[i % len(pictures)] for i in index])
+    found = edges({index[k] for k in bright_frames(lift)})
+    wanted = edges(burst_frames(bursts, 25, index[-1] + 1) & set(index))
+    assert len(records) == 500 and len(found) == len(wanted) >= 6, (found, wanted)
+    offsets = [(f0 - w0, f1 - w1) for (f0, f1), (w0, w1) in zip(found, wanted)]
+    assert all(abs(a) <= 1 and abs(b) <= 1 for a, b in offsets), offsets
+    print(f"rtsp sync over 20 s, (first, last) frame offsets per burst: {offsets}")

@@ -92,9 +92,13 @@ def brightening(output: str | os.PathLike[str], reference: Sequence[np.ndarray])
 
 
 def bright_frames(lift: np.ndarray) -> set[int]:
-    """The frames lifted by more than half of what a full burst lifts (the median of the top decile)."""
+    """The frames lifted by more than half of what a full burst lifts: above the midpoint between the
+    frames outside bursts (the median: most frames) and inside (the median of the top decile).
+    Frames re-encoded on the way (an RTSP server) sit a level or two off the reference: the midpoint
+    follows them."""
     full = float(np.median(np.sort(lift)[-max(1, lift.size // 10) :]))
-    return {int(k) for k in np.nonzero(lift > full / 2)[0]}
+    base = float(np.median(lift))
+    return {int(k) for k in np.nonzero(lift > (base + full) / 2)[0]}
 
 
 def edges(frames: set[int]) -> list[tuple[int, int]]:
