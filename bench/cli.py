@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "accuracy": ("bench.accuracy", "each backend and precision against ONNX Runtime fp32 on the CPU"),
     "soak": ("bench.soak", "hours in minutes: add/remove cycles and a real-time run; memory and fds"),
     "latency": ("bench.latency", "a live RTSP source faster than the model: latency, drops, per policy"),
+    "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),
 }
 
 
