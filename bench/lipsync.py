@@ -5,11 +5,15 @@ daemon and for the same job written as one loop (N copies of the loop, one per s
 
 The daemon runs N sources (the config's first, copied under new ids) with N infer processes and its
 stages fused, so each process runs region, audio features, preprocessing, the generator, the paste
-and hands the frame to one output process (H.264 + JSONL). Its share outside the model is
-1 - (model time) / (CPU time of all its processes per frame). The loop does the same steps with the
+and hands the frame to one output process (H.264 + JSONL). The loop does the same steps with the
 daemon's own pieces (stages.steps, the generator task, the paste composite, the writer), one frame at
-a time; its share is 1 - (model time) / (its wall time per frame), which is its CPU time per frame
-too (one thread).
+a time.
+
+The share outside the model is measured in CPU time, which a busy machine (other processes on the
+same cores) does not inflate as it does wall time: the model's CPU per frame is the CPU of the
+process that runs it times the model's part of that process's time per frame (its span over the
+sum of the spans there, both stretched alike by waiting for a core); the frame's CPU is that of
+every process (the daemon's: decode, hub, the fused workers, the outputs), per frame.
 """
 
 from __future__ import annotations
@@ -65,33 +69,38 @@ def measure(config: Any, processes: int, seconds: float, max_load: float | None 
             loads.append(harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, harness.stderr))
         harness.stderr(f"lipsync: daemon, {processes} process(es)")
         daemon = run_daemon(job)
-        model = [r["latency_ms"]["infer"] for r in records(Path(folder)) if "infer" in r["latency_ms"]]
+        spans = member_spans(records(Path(folder)))
         if max_load is not None:
             loads.append(harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, harness.stderr))
         harness.stderr(f"lipsync: {processes} loop(s)")
         loops = run_loops(config, processes, audio, Path(folder))
-    model_ms = harness.percentile(model, 50)
+    frames = max(1, daemon["frames"])
+    worker_cpu_ms = 1000.0 * sum(v for k, v in daemon["cpu_s_by_process"].items() if "infer" in k) / frames
+    model_part = spans["infer"] / sum(spans.values()) if spans.get("infer") else None
+    model_cpu = worker_cpu_ms * model_part if model_part else None
     cpu_ms = daemon.get("cpu_ms_per_frame")
     fw = {
         "exit_code": daemon["exit_code"],
         "frames": daemon["frames"],
         "fps_per_process": (daemon["steady_fps"] or 0.0) / processes,
-        "model_ms": model_ms,
+        "model_cpu_ms": model_cpu,
         "cpu_ms_per_frame": cpu_ms,
-        "outside_model": 1 - model_ms / cpu_ms if model_ms and cpu_ms else None,
-        "stage_latency_ms": daemon["stage_latency_ms"],
+        "outside_model": 1 - model_cpu / cpu_ms if model_cpu and cpu_ms else None,
+        "spans_ms": spans,
+        "cpu_ms_by_process": {k: 1000.0 * v / frames for k, v in daemon["cpu_s_by_process"].items()},
         "cores_used": daemon["cores_used"],
     }
-    loop_fps = [loop["steady_fps"] for loop in loops]
-    loop_model = harness.median(loop["model_ms"] for loop in loops)
-    loop_frame = harness.median(loop["frame_ms"] for loop in loops)
+    loop_fps = [loop["steady_fps"] or 0.0 for loop in loops]
+    loop_spans = harness.median_of([loop["steps_ms"] for loop in loops])
+    loop_part = loop_spans["model"] / sum(loop_spans.values())
+    loop_cpu = harness.median(loop["cpu_ms_per_frame"] for loop in loops)
     lp = {
         "frames": sum(loop["frames"] for loop in loops),
         "fps_per_process": sum(loop_fps) / len(loop_fps),
-        "model_ms": loop_model,
-        "frame_ms": loop_frame,
-        "outside_model": 1 - loop_model / loop_frame if loop_model and loop_frame else None,
-        "steps_ms": harness.median_of([loop["steps_ms"] for loop in loops]),
+        "model_cpu_ms": loop_cpu * loop_part if loop_cpu else None,
+        "cpu_ms_per_frame": loop_cpu,
+        "outside_model": 1 - loop_part,
+        "spans_ms": loop_spans,
     }
     return {"processes": processes, "daemon": fw, "loop": lp, "load": harness.load_average(), "load_before": loads}
 
@@ -138,6 +147,16 @@ def daemon_job(config: Any, processes: int, audio: str, folder: Path) -> Any:
         {"kind": "jsonl", "path": str(folder / "daemon-{source_id}.jsonl")},
     ]
     return validate_config(raw, "bench lipsync")
+
+
+def member_spans(found: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean time per frame in each member of the fused stage (ms): every span but decode's."""
+    spans: dict[str, list[float]] = {}
+    for record in found:
+        for name, value in record["latency_ms"].items():
+            if name not in ("decode", "total"):
+                spans.setdefault(name, []).append(float(value))
+    return {name: sum(values) / len(values) for name, values in spans.items()}
 
 
 def records(folder: Path) -> list[dict[str, Any]]:
@@ -204,6 +223,7 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
         count = int(np.ceil(seconds * info.fps))
         times: dict[str, list[float]] = {}
         done: list[float] = []
+        cpu_started = time.process_time()
         for k in range(count):
             pts = round(k / info.fps / info.time_base)
             image = template[order[k % len(order)]].copy()
@@ -232,13 +252,12 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
         for step in steps:
             step.stop()
         engine.close()
-    per_frame = [sum(parts) for parts in zip(*times.values())]
+    cpu_s = time.process_time() - cpu_started
     return {
         "frames": len(done),
         "steady_fps": harness.steady_fps(done),
-        "model_ms": harness.percentile(times["model"], 50),
-        "frame_ms": harness.percentile(per_frame, 50),
-        "steps_ms": {name: harness.percentile(values, 50) for name, values in times.items()},
+        "cpu_ms_per_frame": 1000.0 * cpu_s / max(1, len(done)),
+        "steps_ms": {name: sum(values) / len(values) for name, values in times.items()},
     }
 
 
@@ -262,13 +281,18 @@ def _lap(times: dict[str, list[float]], name: str, started: float) -> float:
 
 
 def format_table(result: Mapping[str, Any]) -> str:
-    rows = ["processes | daemon fps/process | loop fps/process | daemon outside model | loop outside model | model ms (daemon, loop) | load"]
+    rows = [
+        "processes | fps/process: daemon, loop | outside the model: daemon, loop | "
+        "CPU ms/frame: daemon, loop | model CPU ms/frame: daemon, loop | load (1 min) at the start"
+    ]
     for p in result["points"]:
         d, lp = p["daemon"], p["loop"]
         rows.append(
-            f"{p['processes']} | {d['fps_per_process']:.1f} | {lp['fps_per_process']:.1f} | "
-            f"{_pct(d['outside_model'])} | {_pct(lp['outside_model'])} | {_num(d['model_ms'])}, {_num(lp['model_ms'])} | "
-            f"{p['load'][0]:.2f}"
+            f"{p['processes']} | {d['fps_per_process']:.1f}, {lp['fps_per_process']:.1f} | "
+            f"{_pct(d['outside_model'])}, {_pct(lp['outside_model'])} | "
+            f"{_num(d['cpu_ms_per_frame'])}, {_num(lp['cpu_ms_per_frame'])} | "
+            f"{_num(d['model_cpu_ms'])}, {_num(lp['model_cpu_ms'])} | "
+            f"{', '.join(f'{x[0]:.1f}' for x in p['load_before']) or p['load'][0]}"
         )
     return "\n".join(rows)
 

@@ -34,7 +34,7 @@ from tests.support.audio import (
     tone_bursts,
     write_audio,
 )
-from tests.support.clips import audio_duration_s, count_frames
+from tests.support.clips import audio_duration_s, count_frames, video_pts
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -310,3 +310,27 @@ def test_an_rtsp_stream_with_its_own_audio_stays_in_sync(media: Path, tmp_path: 
     offsets = [(f0 - w0, f1 - w1) for (f0, f1), (w0, w1) in zip(found, wanted)]
     assert all(abs(a) <= 1 and abs(b) <= 1 for a, b in offsets), offsets
     print(f"rtsp sync over 20 s, (first, last) frame offsets per burst: {offsets}")
+
+
+def test_a_face_clip_with_its_own_sound_track_stays_in_sync(media: Path, template: tuple[list[np.ndarray], Fraction], tmp_path: Path) -> None:
+    """`audio.uri: self`: tone bursts muxed onto a face clip (AAC in the MP4), the clip's own frames
+    generated; the output keeps the clip's pts and its audio track as it was."""
+    from tests.support.audio import mux_clip
+
+    frames, _ = template
+    pictures = [frames[k % len(frames)] for k in range(300)]  # 12 s at 25 fps
+    bursts = bursts_over(12.0)
+    clip = mux_clip(tmp_path / "face.mp4", pictures, 25, tone_bursts(12.0, bursts))
+    source = f"sources=[{{id: clip, uri: '{clip}', audio: {{uri: self}}}}]"
+    done = run_cli(
+        "run", "-c", LIPSYNC, "--no-progress", "--set", source,
+        "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "clip"), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_jsonl(tmp_path / "clip.jsonl")
+    assert [r["pts"] for r in records] == video_pts(clip)
+    with VideoReader("c", str(clip)) as reader:
+        decoded = [f.image for f in reader.frames()]
+    offsets = assert_in_sync(brightening(tmp_path / "clip.mp4", decoded), bursts, Fraction(25))
+    assert_audio_unshifted(tmp_path / "clip.mp4", bursts)
+    print(f"muxed clip sync, (first, last) frame offsets per burst: {offsets}")

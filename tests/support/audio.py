@@ -116,3 +116,30 @@ def pingpong(frames: Sequence[np.ndarray], count: int) -> list[np.ndarray]:
     """Frame k of a ping-ponged template, for k < count."""
     order = list(range(len(frames))) + list(range(len(frames) - 2, 0, -1))
     return [frames[order[k % len(order)]] for k in range(count)]
+
+
+def mux_clip(path: str | os.PathLike[str], pictures: Sequence[np.ndarray], fps: int, samples: np.ndarray) -> Path:
+    """An MP4 of `pictures` (H.264, `fps`) with `samples` (16 kHz mono) muxed on as AAC: a face clip
+    with its own sound track, as a camera or a phone records it."""
+    path = Path(path)
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("libx264", rate=fps)
+        video.width, video.height = pictures[0].shape[1], pictures[0].shape[0]
+        video.pix_fmt = "yuv420p"
+        video.options = {"preset": "ultrafast", "crf": "18"}
+        sound = container.add_stream("aac", rate=RATE, layout="mono")
+        assert isinstance(sound, av.audio.stream.AudioStream)
+        written = 0
+        for k, picture in enumerate(pictures):
+            frame = av.VideoFrame.from_ndarray(picture, format="bgr24")
+            frame.pts, frame.time_base = k, Fraction(1, fps)
+            container.mux(video.encode(frame))
+            until = min(samples.size, round((k + 1) * RATE / fps))
+            if until > written:
+                chunk = av.AudioFrame.from_ndarray(samples[None, written:until].astype(np.float32), format="flt", layout="mono")
+                chunk.sample_rate, chunk.pts, chunk.time_base = RATE, written, Fraction(1, RATE)
+                container.mux(sound.encode(chunk))
+                written = until
+        container.mux(video.encode(None))
+        container.mux(sound.encode(None))
+    return path

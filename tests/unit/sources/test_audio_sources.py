@@ -178,3 +178,43 @@ def test_a_template_runs_exactly_as_long_as_its_audio(ring: AudioRing, tmp_path:
     # frame 120 is the clip's frame 0 again (loop) or its frame 118 on the way back (pingpong)
     index = 0 if mode == "loop" else 118
     assert np.array_equal(frames[120][0], frames[index][0])
+
+
+def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_path: Path) -> None:
+    """StreamAudio on the test RTSP server's sound track: chunks in order; after the server dies and
+    comes back, the chunks go on from where they stopped plus the time offline, never back."""
+    from sources.audio import StreamAudio
+    from tests.support import clips, rtsp_server
+
+    clip = clips.make_clip(tmp_path / "v.mp4", frames=25, fps=25)
+    write_audio(tmp_path / "a.wav", tone_bursts(5.0, [(0.5, 1.0)]))
+    port = rtsp_server.free_port()
+    server = rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "a.wav"))
+    stream = StreamAudio(
+        "s", f"rtsp://127.0.0.1:{port}/live", 16000, options={"rtsp_transport": "tcp", "timeout": "2000000"},
+        timeout_s=2.0, retry=lambda attempt: 0.2 if attempt < 50 else None,
+    )
+    times: list[float] = []
+    servers = [server]
+
+    def restart() -> None:
+        servers.append(rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "a.wav")))
+
+    try:
+        for chunk in stream.chunks():
+            times.append(chunk.time_s)
+            if len(times) == 40:  # about a second in: the server dies, and is back 1.5 s later
+                server.kill()
+                server.wait()
+                threading.Timer(1.5, restart).start()
+            if len(times) > 40 and times[-1] > times[39] + 2.0:
+                break
+    finally:
+        stream.close()
+        for running in servers:
+            running.kill()
+            running.wait()
+    assert all(b > a for a, b in zip(times, times[1:]))  # never back, never repeated
+    jump = max(b - a for a, b in zip(times, times[1:]))
+    # The time offline (1.5 s, less what the client had buffered) stays a gap: not folded away.
+    assert 1.0 < jump < 6.0 and stream.reconnects >= 1
