@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.002
 """How often a frame waiting for its audio looks again (a 25 fps frame lasts 40 ms)."""
+PIECE_S = 0.25
+"""The most audio written into a ring at once (the read-ahead limit is checked before each piece)."""
 INTERLEAVING_S = 0.5
 """How far a stream's audio may come after its frames, beyond the window (muxers interleave by this)."""
 
@@ -212,10 +214,12 @@ class AudioFeed:
     it, the thread waits, so samples the frames in flight still need are never overwritten.
     """
 
-    def __init__(self, source_id: str, producer: AudioProducer, capacity_s: float) -> None:
+    def __init__(self, source_id: str, producer: AudioProducer, capacity_s: float, rate: int = 16000) -> None:
         self.source_id = source_id
         self.producer = producer
         self.capacity_s = capacity_s
+        self.rate_hint = rate
+        """The producer's sample rate (the ring's), to cut its chunks into pieces."""
         self.error: str | None = None
         self._state = _FeedState()
         self._lock = threading.Lock()
@@ -266,12 +270,13 @@ class AudioFeed:
             for chunk in self.producer.chunks():
                 if self._stop.is_set():
                     break
-                self._hold_back(chunk.time_s)
-                with self._lock:
-                    if self._state.ring is None:
-                        self._keep_early(chunk)
-                    else:
-                        self._write(chunk)
+                for piece in _pieces(chunk, self.rate_hint):
+                    self._hold_back(piece.time_s)
+                    with self._lock:
+                        if self._state.ring is None:
+                            self._keep_early(piece)
+                        else:
+                            self._write(piece)
         except Exception as exc:  # ends the audio; the video source reports it (AudioGate)
             self.error = str(exc) if isinstance(exc, SourceError) else f"source {self.source_id}: audio: {exc}"
             log.debug("audio of source %s failed", self.source_id, exc_info=True)
@@ -282,7 +287,12 @@ class AudioFeed:
                     self._state.ring.end()
 
     def _hold_back(self, time_s: float) -> None:
+        """Wait while `time_s` is past the read-ahead limit. A file waits for the ring too: read
+        ahead into the early queue, it would lose what does not fit there."""
         while not self._stop.is_set():
+            if self._state.ring is None and not self.producer.live:
+                time.sleep(0.005)
+                continue
             limit = self._state.limit()
             if limit is None or time_s <= limit:
                 return
@@ -302,6 +312,14 @@ class AudioFeed:
             self._state.gap_s += gap / ring.rate
             log.debug("source %s: %.3f s of audio missing before %.3f s", self.source_id, gap / ring.rate, chunk.time_s)
         self._state.overlap_s += overlap / ring.rate
+
+
+def _pieces(chunk: AudioChunk, rate: int) -> Iterator[AudioChunk]:
+    """A chunk in pieces of at most PIECE_S: a decoder may hand over seconds at once (one WAV packet
+    can hold the whole file), which would overrun the ring in one write."""
+    step = max(1, int(PIECE_S * rate))
+    for start in range(0, chunk.samples.size, step):
+        yield AudioChunk(chunk.samples[start : start + step], chunk.time_s + start / rate)
 
 
 class AudioGate:

@@ -39,7 +39,7 @@ def with_audio(
     mux = mux_path_of(audio.uri, config.uri)
     inner = None if config.template is not None else video(config)
     producer = _producer(config, inner)
-    feed = AudioFeed(config.id, producer, audio.buffer_s)
+    feed = AudioFeed(config.id, producer, audio.buffer_s, audio.sample_rate)
     gate = AudioGate(config.id, feed, need, missing)
     # The frames in flight reach back this far (at 25 fps; a slower source's frames are fewer a second).
     lookback = slots / 25.0 + need.before_s + LOOKBACK_MARGIN_S

@@ -218,3 +218,17 @@ def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_
     jump = max(b - a for a, b in zip(times, times[1:]))
     # The time offline (1.5 s, less what the client had buffered) stays a gap: not folded away.
     assert 1.0 < jump < 6.0 and stream.reconnects >= 1
+
+
+def test_a_file_is_not_read_past_the_ring_before_the_ring_is_there(ring: AudioRing) -> None:
+    """The ring comes from the hub after the source opened: a file's audio must wait for it, not be
+    read ahead into the early queue, which keeps only the ring's capacity (10 s here)."""
+    producer = Chunks(live=False)
+    producer.queue += [AudioChunk(np.full(16000, float(i), np.float32), float(i)) for i in range(15)] + [None]
+    feed = AudioFeed("s", producer, 10.0)
+    feed.open()
+    time.sleep(0.2)  # the whole file would have been read by now
+    feed.attach(ring, lambda: 5.0)  # and the frames in flight allow 5 s of read-ahead
+    time.sleep(0.2)
+    assert ring.origin_s == 0.0 and ring.window(0.0, 16000).complete and ring.written_until_s() == pytest.approx(5.25)
+    feed.close()
