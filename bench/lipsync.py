@@ -3,11 +3,13 @@
 frames per second per process, and the share of a frame's time spent outside the model, for the
 daemon and for the same job written as one loop (N copies of the loop, one per source, side by side).
 
-The daemon runs N sources (the config's first, copied under new ids) with N infer processes and its
-stages fused, so each process runs region, audio features, preprocessing, the generator, the paste
-and hands the frame to one output process (H.264 + JSONL). The loop does the same steps with the
+The daemon runs N sources (the config's first, copied under new ids) with N infer processes, in two
+layouts: `fused` (each infer process runs region, audio features, preprocessing, the generator, the
+paste, and hands the frame to one output process for H.264 + JSONL) and `split` (region and audio
+features, preprocessing, postprocessing and the paste in processes of their own: the infer processes
+run the model only, which is what the staged pipeline is for). The loop does the same steps with the
 daemon's own pieces (stages.steps, the generator task, the paste composite, the writer), one frame at
-a time.
+a time; N loops run side by side.
 
 The share outside the model is measured in CPU time, which a busy machine (other processes on the
 same cores) does not inflate as it does wall time: the model's CPU per frame is the CPU of the
@@ -24,7 +26,7 @@ import multiprocessing
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ def add_arguments(
     parser.set_defaults(config=str(harness.ROOT / "configs" / "lipsync.yaml"))
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3], help="processes (= sources) to try")
     parser.add_argument("--seconds", type=float, default=20.0, help="audio per source (its first seconds)")
+    parser.add_argument("--layouts", nargs="+", default=["fused", "split"], choices=["fused", "split"], help="daemon layouts")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument(
         "--max-load", type=float, default=None,
@@ -50,51 +53,69 @@ def run(args: argparse.Namespace) -> int:
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     before = harness.machine()
-    points = [measure(config, n, args.seconds, args.max_load) for n in args.processes]
+    points = [measure(config, n, args.seconds, args.max_load, args.layouts) for n in args.processes]
     result = {"machine": before, "load_after": harness.load_average(), "seconds": args.seconds, "points": points}
     harness.write_json(args.json, harness.rounded(result))
     harness.say(format_table(result))
-    return 1 if any(p["daemon"]["exit_code"] for p in points) else 0
+    return 1 if any(p[layout]["exit_code"] for p in points for layout in args.layouts) else 0
 
 
-def measure(config: Any, processes: int, seconds: float, max_load: float | None = None) -> dict[str, Any]:
-    """One point: the daemon with `processes` sources and infer processes, then as many loops."""
-    from bench.pipeline import run_daemon
-
-    loads = []
+def measure(
+    config: Any, processes: int, seconds: float, max_load: float | None = None, layouts: Sequence[str] = ("fused",)
+) -> dict[str, Any]:
+    """One point: the daemon with `processes` sources and infer processes (each layout), then as
+    many loops."""
+    loads: list[list[float]] = []
+    point: dict[str, Any] = {"processes": processes}
     with tempfile.TemporaryDirectory(prefix="framewire-lipsync-") as folder:
         audio = clip_audio(config, Path(folder), seconds)
-        job = daemon_job(config, processes, audio, Path(folder))
-        if max_load is not None:
-            loads.append(harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, harness.stderr))
-        harness.stderr(f"lipsync: daemon, {processes} process(es)")
-        daemon = run_daemon(job)
-        spans = member_spans(records(Path(folder)))
+        for layout in layouts:
+            if max_load is not None:
+                loads.append(harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, harness.stderr))
+            harness.stderr(f"lipsync: daemon ({layout}), {processes} process(es)")
+            point[layout] = run_layout(config, processes, audio, Path(folder) / layout, layout)
         if max_load is not None:
             loads.append(harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, harness.stderr))
         harness.stderr(f"lipsync: {processes} loop(s)")
         loops = run_loops(config, processes, audio, Path(folder))
+    point.update(loop=loop_stats(loops), load=harness.load_average(), load_before=loads)
+    return point
+
+
+def run_layout(config: Any, processes: int, audio: str, folder: Path, layout: str) -> dict[str, Any]:
+    """The daemon in one layout: fps per infer process, CPU per frame, the model's part of it."""
+    from bench.pipeline import run_daemon
+
+    folder.mkdir(parents=True)
+    daemon = run_daemon(daemon_job(config, processes, audio, folder, split=layout == "split"))
+    spans = member_spans(records(folder))
     frames = max(1, daemon["frames"])
     worker_cpu_ms = 1000.0 * sum(v for k, v in daemon["cpu_s_by_process"].items() if "infer" in k) / frames
-    model_part = spans["infer"] / sum(spans.values()) if spans.get("infer") else None
+    # Fused, the infer process runs every member; split, only the model (its span is the whole).
+    inside = spans if layout == "fused" else {"infer": spans.get("infer", 0.0)}
+    model_part = spans["infer"] / sum(inside.values()) if spans.get("infer") else None
     model_cpu = worker_cpu_ms * model_part if model_part else None
     cpu_ms = daemon.get("cpu_ms_per_frame")
-    fw = {
+    return {
         "exit_code": daemon["exit_code"],
         "frames": daemon["frames"],
         "fps_per_process": (daemon["steady_fps"] or 0.0) / processes,
         "model_cpu_ms": model_cpu,
         "cpu_ms_per_frame": cpu_ms,
         "outside_model": 1 - model_cpu / cpu_ms if model_cpu and cpu_ms else None,
+        "infer_process_outside_model": 1 - model_cpu / worker_cpu_ms if model_cpu and worker_cpu_ms else None,
         "spans_ms": spans,
         "cpu_ms_by_process": {k: 1000.0 * v / frames for k, v in daemon["cpu_s_by_process"].items()},
         "cores_used": daemon["cores_used"],
     }
+
+
+def loop_stats(loops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     loop_fps = [loop["steady_fps"] or 0.0 for loop in loops]
     loop_spans = harness.median_of([loop["steps_ms"] for loop in loops])
     loop_part = loop_spans["model"] / sum(loop_spans.values())
     loop_cpu = harness.median(loop["cpu_ms_per_frame"] for loop in loops)
-    lp = {
+    return {
         "frames": sum(loop["frames"] for loop in loops),
         "fps_per_process": sum(loop_fps) / len(loop_fps),
         "model_cpu_ms": loop_cpu * loop_part if loop_cpu else None,
@@ -102,7 +123,6 @@ def measure(config: Any, processes: int, seconds: float, max_load: float | None 
         "outside_model": 1 - loop_part,
         "spans_ms": loop_spans,
     }
-    return {"processes": processes, "daemon": fw, "loop": lp, "load": harness.load_average(), "load_before": loads}
 
 
 def clip_audio(config: Any, folder: Path, seconds: float) -> str:
@@ -134,14 +154,16 @@ def write_wav(path: Path, samples: Any) -> None:
         container.mux(stream.encode(None))
 
 
-def daemon_job(config: Any, processes: int, audio: str, folder: Path) -> Any:
+def daemon_job(config: Any, processes: int, audio: str, folder: Path, *, split: bool = False) -> Any:
     from pipeline.config import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     first = raw["sources"][0]
     raw["sources"] = [{**first, "id": f"avatar{i}", "audio": {**first["audio"], "uri": audio}} for i in range(processes)]
     raw["engine"]["processes_per_device"] = processes
-    raw["stages"] = {**raw.get("stages", {}), "fuse": True, "fuse_outputs": True}
+    raw["stages"] = {**raw.get("stages", {}), "fuse": not split, "fuse_outputs": True}
+    if split:  # the region step keeps state per source: one worker per source, as infer has
+        raw["steps"] = [{**step, "workers": processes if step["kind"] == "region" else 1} for step in raw["steps"]]
     raw["outputs"] = [
         {"kind": "video_file", "path": str(folder / "daemon-{source_id}.mp4")},
         {"kind": "jsonl", "path": str(folder / "daemon-{source_id}.jsonl")},
@@ -282,18 +304,20 @@ def _lap(times: dict[str, list[float]], name: str, started: float) -> float:
 
 def format_table(result: Mapping[str, Any]) -> str:
     rows = [
-        "processes | fps/process: daemon, loop | outside the model: daemon, loop | "
-        "CPU ms/frame: daemon, loop | model CPU ms/frame: daemon, loop | load (1 min) at the start"
+        "processes | side | fps per process | outside the model: all CPU | in the infer process | "
+        "CPU ms/frame | model CPU ms/frame"
     ]
     for p in result["points"]:
-        d, lp = p["daemon"], p["loop"]
-        rows.append(
-            f"{p['processes']} | {d['fps_per_process']:.1f}, {lp['fps_per_process']:.1f} | "
-            f"{_pct(d['outside_model'])}, {_pct(lp['outside_model'])} | "
-            f"{_num(d['cpu_ms_per_frame'])}, {_num(lp['cpu_ms_per_frame'])} | "
-            f"{_num(d['model_cpu_ms'])}, {_num(lp['model_cpu_ms'])} | "
-            f"{', '.join(f'{x[0]:.1f}' for x in p['load_before']) or p['load'][0]}"
-        )
+        for side in ("fused", "split", "loop"):
+            if side not in p:
+                continue
+            s = p[side]
+            rows.append(
+                f"{p['processes']} | {side} | {s['fps_per_process']:.1f} | {_pct(s['outside_model'])} | "
+                f"{_pct(s.get('infer_process_outside_model', s['outside_model']))} | "
+                f"{_num(s['cpu_ms_per_frame'])} | {_num(s['model_cpu_ms'])}"
+            )
+        rows.append(f"  (load average at each start: {', '.join(f'{x[0]:.1f}' for x in p['load_before'])})")
     return "\n".join(rows)
 
 
