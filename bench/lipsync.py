@@ -79,6 +79,21 @@ def measure(
         harness.stderr(f"lipsync: {processes} loop(s)")
         loops = run_loops(config, processes, audio, Path(folder))
     point.update(loop=loop_stats(loops), load=harness.load_average(), load_before=loads)
+    return reconcile(point)
+
+
+def reconcile(point: dict[str, Any]) -> dict[str, Any]:
+    """Split, the infer process runs the model and its messages only: its span is all it does, so
+    the model's CPU there is taken from the fused run of the same point (the same model, the same
+    inputs), and what the split infer process spends beyond it is its share outside the model."""
+    fused, split = point.get("fused"), point.get("split")
+    if not fused or not split or not fused.get("model_cpu_ms"):
+        return point
+    model = fused["model_cpu_ms"]
+    infer_cpu = sum(v for k, v in split["cpu_ms_by_process"].items() if "infer" in k)
+    split["model_cpu_ms"] = model
+    split["outside_model"] = 1 - model / split["cpu_ms_per_frame"] if split.get("cpu_ms_per_frame") else None
+    split["infer_process_outside_model"] = max(0.0, 1 - model / infer_cpu) if infer_cpu else None
     return point
 
 

@@ -65,7 +65,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
 
 
 def test_builtin_names() -> None:
-    assert sorted(BUILTIN_TASKS) == ["face_detection", "matting"]
+    assert sorted(BUILTIN_TASKS) == ["face_detection", "generator", "matting"]
     assert get_task_class("face_detection") is FaceDetection
     assert get_task_class("matting") is Matting
     assert FaceDetection.name == "face_detection" and Matting.name == "matting"
