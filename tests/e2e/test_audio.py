@@ -334,3 +334,52 @@ def test_a_face_clip_with_its_own_sound_track_stays_in_sync(media: Path, templat
     offsets = assert_in_sync(brightening(tmp_path / "clip.mp4", decoded), bursts, Fraction(25))
     assert_audio_unshifted(tmp_path / "clip.mp4", bursts)
     print(f"muxed clip sync, (first, last) frame offsets per burst: {offsets}")
+
+
+def test_a_template_driven_by_live_audio_comes_out_in_real_time(media: Path, template: tuple[list[np.ndarray], Fraction], tmp_path: Path) -> None:
+    """The talking-avatar server: audio pushed over ZeroMQ as it is spoken (20 ms chunks at their
+    pace, on the producer's clock), the template's frames come out as it arrives, in sync, and the
+    file is as long as the audio."""
+    frames, fps = template
+    seconds, base_us = 8.0, 3_000_000
+    bursts = bursts_over(seconds, every=2.0)
+    samples = tone_bursts(seconds, bursts)
+    port = free_port()
+    source = (
+        f"sources=[{{id: avatar, uri: '{VIDEOS / 'carphone_pristine.mp4'}', template: pingpong, "
+        f"audio: {{uri: 'zmq+tcp://127.0.0.1:{port}', missing: {{policy: wait, wait_ms: 300}}}}}}]"
+    )
+    result: dict[str, object] = {}
+    job = threading.Thread(
+        target=lambda: result.update(done=run_cli(
+            "run", "-c", LIPSYNC, "--no-progress", "--set", source,
+            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "avatar"), timeout=120,
+        ))
+    )  # fmt: skip
+    job.start()
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    time.sleep(2.0)  # the daemon binds
+    started = time.monotonic()
+    chunk = RATE // 50
+    for n, at in enumerate(range(0, samples.size, chunk)):
+        delay = started + n * 0.02 - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        header = {"rate": RATE, "format": "s16le", "pts": base_us + round(at * 1_000_000 / RATE)}
+        push.send_multipart([json.dumps(header).encode(), (samples[at : at + chunk] * 32767).astype("<i2").tobytes()])
+    push.send_multipart([b'{"eos": true}'])
+    job.join(60)
+    elapsed = time.monotonic() - started
+    push.close(linger=0)
+    ctx.term()
+    done = result["done"]
+    assert done.returncode == 0, done.stderr[-2000:]  # type: ignore[attr-defined]
+    records = read_jsonl(tmp_path / "avatar.jsonl")
+    assert len(records) == int(np.ceil(seconds * fps))
+    assert records[0]["time"] == pytest.approx(base_us / 1e6, abs=1e-4)  # on the audio's clock
+    assert elapsed < seconds + 5.0  # frames came as the audio did, not after it all
+    assert audio_duration_s(tmp_path / "avatar.mp4") == pytest.approx(seconds + 1024 / RATE, abs=0.05)
+    offsets = assert_in_sync(brightening(tmp_path / "avatar.mp4", pingpong(frames, len(records))), bursts, fps)
+    print(f"live template sync, (first, last) frame offsets per burst: {offsets}")
