@@ -6,6 +6,11 @@ EXTRAS ?= cpu
 ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)
+# The reference the VAD test compares with: the silero-vad package, whose get_speech_timestamps needs
+# torch (not torchaudio: the test hands it samples). torch==2.13.0 is the CPU build these machines
+# keep on disk (pip takes it from there in about a minute); a bare `torch` would fetch a CUDA build
+# of several GB. --no-deps: silero-vad asks only for torch and packaging, both here by then.
+VAD_REFERENCE := $(VENV)/.vad-reference
 
 .PHONY: run test validate doctor clean
 
@@ -16,10 +21,15 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+$(VAD_REFERENCE): $(STAMP)
+	$(BIN)/python -m pip install --quiet torch==2.13.0 packaging
+	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
+	touch $@
+
 run: $(STAMP)
 	$(BIN)/python run_pipeline.py $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(VAD_REFERENCE)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -29,6 +39,9 @@ validate: $(STAMP)
 	$(BIN)/python run_pipeline.py validate -c configs/yolox.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/ocr.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
+
+	$(BIN)/python run_pipeline.py validate -c configs/lipsync.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/speaking.yaml
 
 # What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
 # a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.

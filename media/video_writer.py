@@ -8,8 +8,9 @@ time_base (e.g. 1/25 becomes 1/12800); the timestamps in seconds stay the same.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import av
 import av.audio.codeccontext
@@ -50,20 +51,24 @@ class VideoFileWriter:
         crf: int = 23,
         preset: str = "veryfast",
         audio_from: str | None = None,
+        audio_track: Callable[[av.container.OutputContainer], AudioTrack] | None = None,
     ) -> None:
-        """Cheap: nothing is opened. `audio_from` is a file whose first audio stream is copied in."""
+        """Cheap: nothing is opened. `audio_from` is a file whose first audio stream is copied in;
+        `audio_track` (instead) adds the audio track some other way, e.g. from a live source's
+        audio ring (media.audio.RingTrack)."""
         self.path = path
         self.info = info
         self.codec = codec
         self.crf = crf
         self.preset = preset
         self.audio_from = audio_from
+        self.audio_track = audio_track
         self.width = info.width + info.width % 2
         self.height = info.height + info.height % 2
         self.frames_written = 0
         self._container: av.container.OutputContainer | None = None
         self._video: av.video.stream.VideoStream | None = None
-        self._audio: _AudioCopy | None = None
+        self._audio: AudioTrack | None = None
         self._last_pts: int | None = None
         self._closed = False
 
@@ -79,6 +84,8 @@ class VideoFileWriter:
             self._video = self._add_video(container)
             if self.audio_from is not None:
                 self._audio = _AudioCopy.attach(self.audio_from, container, self.path)
+            elif self.audio_track is not None:
+                self._audio = self.audio_track(container)
             # Writing the header now makes an unwritable path fail here rather than at the first frame.
             container.start_encoding()
         except (OSError, av.FFmpegError, ValueError) as err:
@@ -175,6 +182,20 @@ class VideoFileWriter:
                 self._container = None
                 self._video = None
                 self._audio = None
+
+
+class AudioTrack(Protocol):
+    """An output's audio: what the writer calls before each frame and at the end."""
+
+    mode: str
+
+    def copy_until(self, time_s: float) -> None:
+        """Mux the audio up to `time_s` (seconds on the video's clock)."""
+
+    def finish(self) -> None:
+        """Mux the rest and flush."""
+
+    def close(self) -> None: ...
 
 
 class _AudioCopy:

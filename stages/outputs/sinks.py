@@ -3,6 +3,7 @@ on that source's end of stream."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import cv2
 import numpy as np
 
+from media.audio import RingTrack
 from media.video_reader import StreamInfo
 from media.video_writer import VideoFileWriter
+from pipeline.audioring import RingCache, ring_of
 from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
 from pipeline.errors import FramewireError
 from pipeline.frame import Frame, Stage, StageContext
@@ -64,26 +67,43 @@ class VideoFileSink(_PerSource):
     def __init__(self, config: VideoFileOutput) -> None:
         super().__init__()
         self.config = config
+        self._rings = RingCache()
+        self._first: dict[str, Frame] = {}
 
     def _open(self, source_id: str) -> VideoFileWriter:
         info_dict = self.streams.get(source_id)
         if info_dict is None:
             raise FramewireError(f"video_file output: no stream info for source {source_id}")
         info = StreamInfo.from_dict(info_dict)
-        audio = info_dict.get("path") if (self.config.audio and info.has_audio) else None
+        wanted = self.config.audio and info.has_audio
+        # A source's audio (sources[].audio) is muxed from its file, or from its ring when it is live.
+        audio = (info_dict.get("audio_path") or info_dict.get("path")) if wanted else None
+        track = None
+        first = self._first.pop(source_id, None)
+        wire = ring_of(first.pool_wire) if first is not None else None
+        if wanted and info_dict.get("audio_mux") == "ring" and wire is not None and first is not None:
+            ring, start = self._rings.get(wire), first.time_s
+            track = functools.partial(RingTrack, ring, frame_duration_s=float(1 / info.fps), start_s=start)
         writer = VideoFileWriter(
             resolve_path(self.config.path, source_id),
             info,
             crf=self.config.crf,
             preset=self.config.preset,
-            audio_from=audio,
+            audio_from=audio if track is None else None,
+            audio_track=track,
         )
         writer.open()
         return writer
 
     def process(self, frame: Frame) -> Iterable[Frame]:
+        if frame.source_id not in self._writers:
+            self._first[frame.source_id] = frame  # its pool names the audio ring; its time starts the track
         self.writer(frame.source_id).write(composited_image(frame), frame.pts)
         return ()
+
+    def stop(self) -> None:
+        super().stop()
+        self._rings.close()
 
 
 class JsonlSink(_PerSource):
