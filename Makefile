@@ -19,6 +19,12 @@ TEST_LOCK := locks/$(EXTRAS)-test.txt
 # GPU lock resolves against that index too (not tried here: this machine does not reach it).
 LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $(UPGRADE),--upgrade) \
   $(if $(filter gpu%,$(EXTRAS)),--extra-index-url https://pypi.nvidia.com --index-strategy unsafe-best-match)
+# The reference the VAD test compares with: the silero-vad package, whose get_speech_timestamps needs
+# torch (not torchaudio: the test hands it samples). torch==2.13.0 is the CPU build these machines
+# keep on disk (pip takes it from there in about a minute); a bare `torch` would fetch a CUDA build
+# of several GB. --no-deps: silero-vad asks only for torch and packaging, both here by then. Not in
+# the lock: PyPI has no CPU build of torch to lock (pinned by version here instead).
+VAD_REFERENCE := $(VENV)/.vad-reference
 
 .PHONY: run test validate doctor clean lock check-deploy
 
@@ -50,10 +56,15 @@ $(VENV)/.installed-$(EXTRAS)-test: pyproject.toml $(wildcard $(TEST_LOCK)) | $(V
 
 comma := ,
 
+$(VAD_REFERENCE): $(VENV)/.installed-$(EXTRAS)-test
+	$(BIN)/python -m pip install --quiet torch==2.13.0 packaging
+	$(BIN)/python -m pip install --quiet --no-deps silero-vad==6.2.3
+	touch $@
+
 run: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py $(ARGS)
 
-test: $(VENV)/.installed-$(EXTRAS)-test
+test: $(VENV)/.installed-$(EXTRAS)-test $(VAD_REFERENCE)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(ARGS)
 
@@ -63,6 +74,8 @@ validate: $(VENV)/.installed-$(EXTRAS)
 	$(BIN)/python run_pipeline.py validate -c configs/yolox.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/ocr.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/lipsync.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/speaking.yaml
 
 # What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
 # a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.

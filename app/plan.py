@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from app.preload import PRELOAD
 from engines.base import Engine
 from engines.batch_rewrite import with_batch_axis
@@ -23,7 +24,7 @@ from pipeline.job import HttpSettings, Plan, SourceOptions, SourcePlan
 from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from pipeline.remote import RemoteSettings
 from pipeline.uris import local_path, redact, source_kind
-from sources import build_source
+from sources import AudioNeed, build_source
 from stages.cascade import CascadeStage, Secondary
 from stages.composite import Composite, CompositeStage, resolve_composite
 from stages.fused import Fused, Outputs
@@ -32,6 +33,8 @@ from stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from stages.postprocess import Postprocess
 from stages.preprocess import Preprocess
 from stages.schedule import Schedule, Scheduled
+from stages.steps import resolve_step
+from stages.steps.base import Step
 from stages.tasks import resolve_object_task, resolve_task
 from stages.tasks.base import ModelInfo, Task
 from stages.tasks.labels import class_filter
@@ -90,6 +93,10 @@ def _scheduled(config: Config, stage: Stage, *, last: bool = False) -> Stage:
     """The stage as is, or skipping the frames `tracking.interval` leaves to the tracker."""
     interval = config.tracking.interval if config.tracking else 0
     return Scheduled(stage, Schedule(interval), last=last) if interval else stage
+
+
+def _step(config: Config, index: int) -> Step:
+    return resolve_step(config.steps[index], index, config.engine, audio_rate(config))
 
 
 def _preprocess(config: Config) -> Stage:
@@ -172,6 +179,7 @@ def _composite(config: Config) -> CompositeStage:
 
 def _fused(config: Config) -> Fused:
     stages: list[tuple[str, Any]] = [
+        *((step.stage, _step(config, i)) for i, step in enumerate(config.steps)),
         (PREPROCESS, _preprocess(config)),
         (INFER, _infer(config)),
         (POSTPROCESS, _postprocess(config)),
@@ -197,8 +205,9 @@ def _output(config: Config, index: int) -> Any:
     raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
 
 
-def _source(source: SourceConfig) -> FrameSource:
-    return build_source(source)  # a file, a live stream or camera, or a ZeroMQ source
+def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
+    # A file, a live stream or camera, or a ZeroMQ source; with audio, held for the steps' `need`.
+    return build_source(source, need, slots)
 
 
 def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -221,12 +230,14 @@ def check(config: Config) -> Task:
 
     task = build_task(config)
     build_composites(config)
+    steps = build_steps(config)
     model = Path(config.model.path)
     if not model.is_file():
         raise ConfigError(f"model.path: model file not found: {config.model.path}")
     inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
     check_cascade(config, task)
+    check_audio(config, task, steps)
     return task
 
 
@@ -256,6 +267,7 @@ def build_plan(
     if check_engine:
         preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
+        *((step.stage, step.workers, functools.partial(_step, config, i)) for i, step in enumerate(config.steps)),
         (PREPROCESS, config.stages.preprocess.workers, functools.partial(_preprocess, config)),
         (INFER, infer_workers(config.engine), functools.partial(_infer, config)),
         (POSTPROCESS, config.stages.postprocess.workers, functools.partial(_postprocess, config)),
@@ -273,7 +285,7 @@ def build_plan(
     if config.stages.fuse_outputs and len(outputs) > 1:
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
-    sources = tuple(source_plan(s) for s in config.sources)
+    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source) for s in config.sources)
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -295,6 +307,7 @@ def build_plan(
         make_source=functools.partial(make_source, config),
         members=members,
         ordered=frozenset(name for name, _, factory in middle if factory().ordered),
+        restartable=frozenset(name for name, _, _ in middle),
         remote=_remote(config),
     )
 
@@ -320,10 +333,10 @@ def _http(config: Config) -> HttpSettings | None:
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
 
 
-def source_plan(source: SourceConfig) -> SourcePlan:
+def source_plan(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
     return SourcePlan(
         source.id,
-        functools.partial(_source, source),
+        functools.partial(_source, source, need, slots),
         SourceOptions(
             policy=source.policy,
             realtime=source.realtime,
@@ -345,9 +358,11 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source")) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[1]])
-    source = resolved.sources[0]
-    path = local_path(source.uri)
-    if path is not None and source_kind(source.uri) in ("file", "camera") and not Path(path).exists():
+    path = local_path(resolved.sources[0].uri)
+    kind = source_kind(resolved.sources[0].uri)
+    if path is not None and kind in ("file", "camera") and not Path(path).exists():
         # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
-        raise ConfigError(f"source.uri: {source_kind(source.uri)} not found: {redact(source.uri)}")
-    return source_plan(source)
+        raise ConfigError(f"source.uri: {kind} not found: {redact(resolved.sources[0].uri)}")
+    if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
+        check_audio(resolved, build_task(config), build_steps(config))
+    return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)

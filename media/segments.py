@@ -28,8 +28,9 @@ from pipeline import paths
 
 log = logging.getLogger(__name__)
 
-OpenWriter = Callable[[str, float], VideoFileWriter]
-"""Makes (not opens) the writer of one segment: (path, the segment's start in media seconds)."""
+OpenWriter = Callable[[str, float, bool], VideoFileWriter]
+"""Makes (not opens) the writer of one segment: (path, the segment's start in media seconds, whether
+it is the recording's first: a later one takes the audio from its start on)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class Recording:
         self.on_segment = on_segment or (lambda segment: None)
         self._current: _Open | None = None
         self._next_index: int | None = None
+        self._opened = 0
 
     def write(self, image: np.ndarray, pts: int, read_at: float | None = None) -> None:
         """One frame; `read_at` (epoch seconds) dates a segment that starts with it."""
@@ -166,7 +168,8 @@ class Recording:
         index = self._next_index
         self._next_index += 1
         path = paths.render(self.template, self.source_id, index, read_at)
-        writer = self.open_writer(path + PART, float(pts * self.time_base))
+        writer = self.open_writer(path + PART, float(pts * self.time_base), self._opened == 0)
+        self._opened += 1
         writer.open()
         self._current = _Open(writer, path, index, read_at, pts)
         return self._current

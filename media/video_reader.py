@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import av
+import av.audio.stream
 import av.container
 import av.video.stream
 import cv2
@@ -128,6 +129,9 @@ class VideoReader:
         self.timeout_s = timeout_s
         self.live = live
         self.corrupt = 0
+        self.audio_sink: Callable[[av.AudioFrame], None] | None = None
+        """Live streams: set before `open()`, it receives the stream's own audio, decoded, as the
+        packets are demuxed beside the video (sources.audio: `audio.uri: self`)."""
         self._container: av.container.InputContainer | None = None
         self._stream: av.video.stream.VideoStream | None = None
         self._info: StreamInfo | None = None
@@ -246,13 +250,26 @@ class VideoReader:
     ) -> Iterator[av.VideoFrame]:
         """Packet by packet: a packet that does not decode is skipped and counted; an error of the
         connection itself (or a read timeout) still raises."""
-        for packet in container.demux(stream):
+        audio = container.streams.audio[0] if self.audio_sink is not None and container.streams.audio else None
+        for packet in container.demux(stream) if audio is None else container.demux(stream, audio):
+            if audio is not None and packet.stream is audio:
+                self._audio_packet(audio, packet)
+                continue
             try:
                 frames = stream.decode(packet)
             except av.InvalidDataError:
                 self.corrupt += 1
                 continue
             yield from frames
+
+    def _audio_packet(self, audio: av.audio.stream.AudioStream, packet: av.Packet) -> None:
+        assert self.audio_sink is not None
+        try:
+            frames = audio.decode(packet)
+        except av.InvalidDataError:
+            return  # a lost audio packet is a gap in the audio ring, counted there
+        for frame in frames:
+            self.audio_sink(frame)
 
     def __enter__(self) -> VideoReader:
         self.open()

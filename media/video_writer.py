@@ -12,8 +12,9 @@ every `fragment_s` and so plays up to its last complete fragment whatever happen
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import av
 import av.audio.codeccontext
@@ -62,13 +63,16 @@ class VideoFileWriter:
         crf: int = 23,
         preset: str = "veryfast",
         audio_from: str | None = None,
+        audio_track: Callable[[av.container.OutputContainer], AudioTrack] | None = None,
         container: str = "mp4",
         fragment_s: float = 1.0,
         audio_start_s: float | None = None,
     ) -> None:
         """Cheap: nothing is opened. `audio_from` is a file whose first audio stream is copied in,
-        from `audio_start_s` on (a later segment of a recording) or from its start. `container`:
-        `mp4` or `fmp4` (fragments of `fragment_s`, see the module's docstring)."""
+        from `audio_start_s` on (a later segment of a recording) or from its start; `audio_track`
+        (instead) adds the audio track some other way, e.g. from a live source's audio ring
+        (media.audio.RingTrack). `container`: `mp4` or `fmp4` (fragments of `fragment_s`, see the
+        module's docstring)."""
         if container not in CONTAINERS:
             raise ValueError(f"container must be one of {CONTAINERS}, got {container!r}")
         self.path = path
@@ -77,6 +81,7 @@ class VideoFileWriter:
         self.crf = crf
         self.preset = preset
         self.audio_from = audio_from
+        self.audio_track = audio_track
         self.container = container
         self.fragment_s = fragment_s
         self.audio_start_s = audio_start_s
@@ -88,7 +93,7 @@ class VideoFileWriter:
         self.frames_written = 0
         self._container: av.container.OutputContainer | None = None
         self._video: av.video.stream.VideoStream | None = None
-        self._audio: _AudioCopy | None = None
+        self._audio: AudioTrack | None = None
         self._last_pts: int | None = None
         self._closed = False
 
@@ -103,9 +108,12 @@ class VideoFileWriter:
         try:
             self._video = self._add_video(container)
             if self.audio_from is not None:
-                self._audio = _AudioCopy.attach(self.audio_from, container, self.path)
-                if self._audio is not None and self.audio_start_s:
-                    self._audio.skip_until(self.audio_start_s)
+                copy = _AudioCopy.attach(self.audio_from, container, self.path)
+                if copy is not None and self.audio_start_s:
+                    copy.skip_until(self.audio_start_s)
+                self._audio = copy
+            elif self.audio_track is not None:
+                self._audio = self.audio_track(container)
             # Writing the header now makes an unwritable path fail here rather than at the first frame.
             container.start_encoding()
         except (OSError, av.FFmpegError, ValueError) as err:
@@ -207,6 +215,20 @@ class VideoFileWriter:
                 self._container = None
                 self._video = None
                 self._audio = None
+
+
+class AudioTrack(Protocol):
+    """An output's audio: what the writer calls before each frame and at the end."""
+
+    mode: str
+
+    def copy_until(self, time_s: float) -> None:
+        """Mux the audio up to `time_s` (seconds on the video's clock)."""
+
+    def finish(self, until_s: float | None = None) -> None:
+        """Mux the rest (up to `until_s`, where the next segment of a recording starts) and flush."""
+
+    def close(self) -> None: ...
 
 
 class _AudioCopy:

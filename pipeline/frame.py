@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from pipeline.audioring import AudioRing
 from pipeline.framepool import FramePool, PoolCache
 
 
@@ -233,3 +234,12 @@ class LiveFrameSource(FrameSource, Protocol):
     def stats(self) -> dict[str, Any]:
         """Running totals: reconnects, offline_s, online, corrupt, rejected {reason: count}."""
         ...
+
+
+@runtime_checkable
+class AudioFrameSource(FrameSource, Protocol):
+    """A FrameSource with audio (`sources[].audio`): its `open()` info asks for an audio ring
+    (`"audio": {"rate": ..., "capacity_s": ...}`), the hub makes it beside the frame pool, and the
+    decode worker hands it over before the first frame; the source writes its audio there."""
+
+    def attach_audio(self, ring: AudioRing) -> None: ...

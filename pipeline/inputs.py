@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pipeline import messages as msg
+from pipeline.audioring import AudioRing, AudioRingLayout
 from pipeline.framepool import FramePool, PoolLayout, pool_name
 from pipeline.job import Plan, Report, SourcePlan
 from pipeline.lifecycle import Lifecycle
@@ -41,6 +42,8 @@ class SourceRecord:
     worker: DecodeWorker | None = None
     info: dict[str, Any] | None = None
     pool: FramePool | None = None
+    ring: AudioRing | None = None
+    """The source's audio ring (pipeline.audioring), when its stream asked for one."""
     ungranted: list[int] = field(default_factory=list)
     stopping: bool = False
     closed: set[str] = field(default_factory=set)
@@ -61,6 +64,8 @@ class SourceRecord:
     over_budget: int = 0
     over_budget_logged: tuple[float, int] | None = None
     """When the last over-budget warning went out (monotonic) and the count it gave."""
+    audio: dict[str, float] = field(default_factory=dict)
+    """Audio counters from decode's STATS: windows by what the missing-audio policy did, gap seconds."""
 
     @property
     def source_id(self) -> str:
@@ -162,11 +167,18 @@ class Inputs:
         self._pools_made += 1
         layout = PoolLayout.plan(pool_name(os.getpid(), self._pools_made, record.source_id), self.plan.slots_per_source, regions)
         record.pool = FramePool.create(layout)
+        wire = layout.to_wire()
+        audio = info.get("audio")
+        if isinstance(audio, dict):  # the frames' pool names the ring too: every stage finds it there
+            ring = AudioRingLayout(pool_name(os.getpid(), self._pools_made, f"audio-{record.source_id}"),
+                                   int(audio["rate"]), max(1, int(float(audio["capacity_s"]) * int(audio["rate"]))))
+            record.ring = AudioRing.create(ring)
+            wire["audio"] = ring.to_wire()
         log.info(
             "source %s: %sx%s, pool of %d slots (%.1f MiB)",
             record.source_id, info.get("width"), info.get("height"), layout.slots, layout.total_bytes / 2**20,
         )
-        worker.send({"type": msg.POOL, "source": record.source_id, "pool": layout.to_wire()})
+        worker.send({"type": msg.POOL, "source": record.source_id, "pool": wire})
         record.ungranted = list(range(layout.slots))
         self.grant_waiting()
         return record
@@ -202,6 +214,8 @@ class Inputs:
                 record.online = bool(header["online"])
             for reason, count in dict(header.get("rejected") or {}).items():
                 record.rejected[str(reason)[:32]] = record.rejected.get(str(reason)[:32], 0) + int(count)
+            for what, count in dict(header.get("audio") or {}).items():
+                record.audio[str(what)[:32]] = record.audio.get(str(what)[:32], 0) + float(count)
         except (TypeError, ValueError) as exc:
             log.warning("source %s: bad STATS message: %s", record.source_id, exc)
 
@@ -258,6 +272,9 @@ class Inputs:
             if not self.finished(record) or self.router.in_flight(sid):
                 continue
             record.fold_into(report)
+            if record.ring is not None:
+                record.ring.close()
+                record.ring = None
             if record.pool is not None:
                 name = record.pool.layout.name
                 record.pool.close()
@@ -279,6 +296,9 @@ class Inputs:
 
     def close_pools(self) -> None:
         for record in self.sources.values():
+            if record.ring is not None:
+                record.ring.close()
+                record.ring = None
             if record.pool is not None:
                 record.pool.close()
                 record.pool = None

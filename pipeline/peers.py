@@ -45,6 +45,11 @@ class Peer:
         """It may be given work."""
         return self.ready and not self.finished
 
+    @property
+    def starting(self) -> bool:
+        """Started, not READY yet."""
+        return not self.ready and not self.finished
+
     def send(self, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
         return self._send(self.identity, header, tensors)
 

@@ -74,6 +74,9 @@ class Assignee(Protocol):
     @property
     def available(self) -> bool: ...
 
+    @property
+    def starting(self) -> bool: ...
+
     credits: int
     inflight: dict[FrameKey, float]
 
@@ -285,7 +288,11 @@ class Router:
         """Hand queued frames to the workers of each stage with credits, and ends of stream."""
         for stage, queue in self.queues.items():
             if stage in self.gates:
-                self._dispatch_ordered(stage, [w for w in workers(stage) if w.available], send_work, send_end, now)
+                peers = workers(stage)
+                # A source sticks to the worker it starts on: while a worker of the stage is still
+                # starting, wait, or the ones up first would take every source (and keep them).
+                pin = not any(peer.starting for peer in peers)
+                self._dispatch_ordered(stage, [w for w in peers if w.available], pin, send_work, send_end, now)
             elif queue:
                 self._dispatch_queue(queue, [w for w in workers(stage) if w.available], send_work, send_end, now)
 
@@ -314,7 +321,7 @@ class Router:
                 return
 
     def _dispatch_ordered(
-        self, stage: str, peers: list[Assignee], send_work: SendWork, send_end: SendEnd, now: float
+        self, stage: str, peers: list[Assignee], pin: bool, send_work: SendWork, send_end: SendEnd, now: float
     ) -> None:
         gates = self.gates[stage]
         for source, gate in gates.items():
@@ -327,7 +334,7 @@ class Router:
                 key = gate.waiting.get(gate.next_seq)
                 if key is None:
                     break
-                peer = gate.peer or self._pick(gates, peers)
+                peer = gate.peer or (self._pick(gates, peers) if pin else None)
                 if peer is None or peer.credits <= 0:
                     break
                 state = self.frames.get(key)

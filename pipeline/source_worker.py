@@ -20,9 +20,17 @@ from typing import Any
 import numpy as np
 
 from pipeline import messages as msg
+from pipeline.audioring import AudioRing, AudioRingLayout, ring_of
 from pipeline.config import Policy
 from pipeline.errors import FramewireError, one_line
-from pipeline.frame import Frame, FrameSource, LiveFrameSource, PendingPixels, SourceInterrupted
+from pipeline.frame import (
+    AudioFrameSource,
+    Frame,
+    FrameSource,
+    LiveFrameSource,
+    PendingPixels,
+    SourceInterrupted,
+)
 from pipeline.framepool import FramePool, PoolLayout
 from pipeline.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
 from pipeline.job import SourceOptions
@@ -79,6 +87,7 @@ class Grants:
         self.free: deque[int] = deque()
         self.pool: FramePool | None = None
         self.pool_wire: dict[str, Any] | None = None
+        self.ring: AudioRing | None = None
         self.stop = False
 
     def take(self, header: dict[str, Any]) -> None:
@@ -86,6 +95,9 @@ class Grants:
         if kind == msg.POOL:
             self.pool_wire = dict(header["pool"])
             self.pool = FramePool.attach(PoolLayout.from_wire(self.pool_wire))
+            audio = ring_of(self.pool_wire)
+            if audio is not None:
+                self.ring = AudioRing.attach(AudioRingLayout.from_wire(audio))
         elif kind == msg.GRANT:
             self.free.extend(int(s) for s in header["slots"])
         elif kind == msg.STOP:
@@ -197,6 +209,8 @@ class Pump:
         while self.grants.pool is None and not self.grants.stop:
             self.grants.drain(self.conn, POLL_MS)
             self._check_supervisor()
+        if self.grants.ring is not None and isinstance(self.reader, AudioFrameSource):
+            self.reader.attach_audio(self.grants.ring)  # before the first frame: it writes the audio there
 
     def _check_supervisor(self) -> None:
         if self.watch.gone():

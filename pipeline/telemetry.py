@@ -37,6 +37,10 @@ FAMILIES = (
     ("framewire_source_online", "gauge", "1 while a live source is connected and read."),
     ("framewire_corrupt_frames_total", "counter", "Frames the decoder reported as corrupt, per source."),
     ("framewire_rejected_messages_total", "counter", "Messages a ZeroMQ source dropped, per reason."),
+    ("framewire_audio_windows_missing_total", "counter",
+     "Frames whose audio window was incomplete, per source and what the missing-audio policy did "
+     "(silence, drop, waited: completed within the wait)."),
+    ("framewire_audio_gap_seconds_total", "counter", "Seconds of a source's audio that never arrived (filled with silence)."),
     ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
     ("framewire_worker_stalls_total", "counter", "Workers killed as hung (a frame held past stages.stall_timeout_s)."),
     ("framewire_remote_workers_lost_total", "counter", "Remote workers that left, failed or went silent."),
@@ -94,7 +98,8 @@ class Gauges:
                 "framewire_pool_slots", "framewire_pool_slots_used", "framewire_dropped_frames_total",
                 "framewire_source_up", "framewire_reconnects_total", "framewire_source_offline_seconds_total",
                 "framewire_source_online", "framewire_corrupt_frames_total", "framewire_rejected_messages_total",
-                "framewire_latency_over_budget_total",
+                "framewire_latency_over_budget_total", "framewire_audio_windows_missing_total",
+                "framewire_audio_gap_seconds_total",
             )
         }
         for record in inputs.every():  # an ended source keeps its final counts until it is removed
@@ -116,6 +121,11 @@ class Gauges:
                 families["framewire_latency_over_budget_total"][key] = float(record.over_budget)
             for reason, count in record.rejected.items():
                 families["framewire_rejected_messages_total"][(("reason", reason), ("source", sid))] = float(count)
+            for what, amount in record.audio.items():
+                if what == "gap_s":
+                    families["framewire_audio_gap_seconds_total"][key] = amount
+                else:
+                    families["framewire_audio_windows_missing_total"][(("action", what), ("source", sid))] = amount
         for name, values in families.items():
             self.metrics.replace(name, values)
 

@@ -1,5 +1,7 @@
 """Sources: what the decode worker reads. A file (`sources.file`), a network stream or camera that
-reconnects (`sources.live`), or frames another program pushes over ZeroMQ (`sources.zmq`).
+reconnects (`sources.live`), or frames another program pushes over ZeroMQ (`sources.zmq`); with
+`audio:`, any of them plus its audio (`sources.audio`), and a template video driven by audio
+(`sources.template`).
 
 `build_source(config)` picks one from a `sources:` item; it is called inside the decode worker
 (through the plan's factory), so nothing is opened in the supervisor.
@@ -10,15 +12,25 @@ from __future__ import annotations
 from pipeline.config import SourceConfig
 from pipeline.frame import FrameSource
 from pipeline.uris import source_kind
+from sources.audio import AudioNeed
 from sources.file import FileSource
 from sources.live import Backoff, LiveSource, camera_options, stream_options
+from sources.with_audio import with_audio
 from sources.zmq import ZmqSource
 
-__all__ = ["build_source"]
+__all__ = ["AudioNeed", "build_source"]
 
 
-def build_source(config: SourceConfig) -> FrameSource:
-    """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source."""
+def build_source(config: SourceConfig, need: AudioNeed | None = None, slots: int = 16) -> FrameSource:
+    """The FrameSource for a `sources:` item: a file, a live stream or camera, or a ZeroMQ source;
+    with `audio:`, its audio too, held to cover `need` around each frame (`slots`: the frames a
+    source may have in flight, whose audio must stay in the ring)."""
+    if config.audio is not None:
+        return with_audio(config, need or AudioNeed(), slots, _video)
+    return _video(config)
+
+
+def _video(config: SourceConfig) -> FrameSource:
     kind = source_kind(config.uri)
     r = config.reconnect
     backoff = Backoff(r.initial_s, r.max_s, r.max_attempts, r.jitter)

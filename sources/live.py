@@ -129,6 +129,9 @@ class LiveSource:
         self._last_pts: int | None = None
         self._offset: int | None = None
         self._gap_s = 0.0
+        self.audio_sink: Callable[[Any, float], None] | None = None
+        """Set before `open()`: receives the stream's own audio frames and the offset (seconds) that
+        puts them on the source's timeline, the one its frames' pts follow across reconnects."""
 
     def set_interrupt(self, interrupted: Callable[[], bool]) -> None:
         self._interrupted = interrupted
@@ -207,6 +210,8 @@ class LiveSource:
                 self.source_id, self.uri, options=self.options, format=self.format,
                 timeout_s=self.timeout_s, live=True,
             )
+            if self.audio_sink is not None:
+                reader.audio_sink = self._audio
             try:
                 if self.format == "v4l2" and not os.path.exists(self.uri):
                     raise SourceError(f"source {self.source_id}: no camera at {self.shown}")
@@ -224,6 +229,15 @@ class LiveSource:
             self._reader = reader
             self._online = True
             return reader
+
+    def _audio(self, frame: Any) -> None:
+        """An audio frame of the current connection, on the source's timeline: its clock is the
+        video's, shifted as `_retime` shifts the frames (unknown right after a reconnect until the
+        first frame: such audio is left out, a gap in the ring)."""
+        offset = self._offset if self._offset is not None else (0 if self._last_pts is None else None)
+        if self.audio_sink is None or self._first is None or offset is None:
+            return
+        self.audio_sink(frame, float(offset * self._first.time_base))
 
     def _wait(self, seconds: float) -> None:
         until = time.monotonic() + seconds

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -159,8 +159,11 @@ class ZmqReceiver:
         max_part_bytes: int = MAX_PART_BYTES,
         curve_secret_key: str | None = None,
         curve_clients_dir: str | None = None,
+        parser: Callable[[Sequence[bytes]], Any] | None = None,
     ) -> None:
+        """`parser` checks each message (default: a frame, `parse`; the audio input passes its own)."""
         self.source_id = source_id
+        self.parser = parser or parse
         self.endpoint = endpoint
         self.hwm = hwm
         self.max_part_bytes = max_part_bytes
@@ -198,7 +201,7 @@ class ZmqReceiver:
             raise SourceError(f"{where}: {exc.strerror}") from None
         self._ctx, self._sock = ctx, sock
 
-    def receive(self, timeout_ms: int) -> PushedFrame | Literal["eos"] | None:
+    def receive(self, timeout_ms: int) -> Any:
         """The next valid message within `timeout_ms`; bad ones on the way are counted and skipped."""
         sock = self._sock
         if sock is None:
@@ -208,7 +211,7 @@ class ZmqReceiver:
             wait = 0
             parts = sock.recv_multipart()
             try:
-                return parse(parts)
+                return self.parser(parts)
             except Rejected as bad:
                 self.reject(bad.reason, str(bad))
         return None

@@ -8,6 +8,7 @@ matte composites need `Result.arrays["alpha"]` and fail loudly without it.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -276,14 +277,19 @@ COMPOSITES: dict[str, type[Composite]] = {
     cls.kind: cls for cls in (Blur, Pixelate, Boxes, BackgroundReplace, BackgroundBlur)
 }
 """Composite kinds by name."""
+MORE_COMPOSITES = {"paste": "stages.paste:Paste", "speaking": "stages.paste:Speaking"}
+"""Kinds defined in other modules (which import this one), loaded on first use."""
 
 
 def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> Composite:
     """The composite `kind` built from its config entry; errors name `composite.<index>.<key>`."""
     cls = COMPOSITES.get(kind)
+    if cls is None and kind in MORE_COMPOSITES:
+        module, _, name = MORE_COMPOSITES[kind].partition(":")
+        cls = getattr(importlib.import_module(module), name)
     if cls is None:
         raise ConfigError(
-            f"composite.{index}.kind: unknown composite {kind!r} (one of {', '.join(COMPOSITES)})"
+            f"composite.{index}.kind: unknown composite {kind!r} (one of {', '.join([*COMPOSITES, *MORE_COMPOSITES])})"
         )
     entry = dict(params)
     entry.setdefault("kind", kind)

@@ -60,8 +60,7 @@ class Infer(Stage):
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         assert self.engine is not None, "start() was not called"
-        feeds = {self.task.input_name: frame.region("input")}
-        frame.tensors = self.engine.infer(feeds, self.task.output_names)
+        frame.tensors = self.engine.infer(self.task.feeds(frame), self.task.output_names)
         yield frame
 
     def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
@@ -95,7 +94,9 @@ class Infer(Stage):
                 pass
             return
         stacked = np.concatenate(inputs, axis=0)
-        outputs = self.engine.infer({self.task.input_name: stacked}, self.task.output_names)
+        feeds = [self.task.feeds(frame) for frame in frames]
+        batch = {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0] if name != self.task.input_name}
+        outputs = self.engine.infer({self.task.input_name: stacked, **batch}, self.task.output_names)
         count = len(frames)
         for name, value in outputs.items():
             if value.ndim == 0 or value.shape[0] != count:

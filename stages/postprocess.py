@@ -16,7 +16,7 @@ class Postprocess(Stage):
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         result = self.task.postprocess(frame.tensors, frame.meta, frame.width, frame.height)
-        frame.result = result.data
+        frame.result = {**(frame.result or {}), **result.data}  # beside what steps found (speech, region)
         frame.tensors = dict(result.arrays)
         yield frame
 

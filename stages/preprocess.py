@@ -19,6 +19,7 @@ class Preprocess(Stage):
         self.task = task
 
     def process(self, frame: Frame) -> Iterable[Frame]:
-        frame.meta = self.task.preprocess(frame.region("image"), frame.region("input"))
+        # Steps before it (a region) leave their meta for the task, which adds its own.
+        frame.meta.update(self.task.preprocess_frame(frame, frame.region("input")))
         yield frame
 

@@ -11,6 +11,7 @@ beside `path` and `task`) and composite parameters belong to the task and compos
   pipeline.config.loading: YAML, `--set`, errors.
 """
 
+from pipeline.config.audio import AudioConfig, MissingAudioConfig
 from pipeline.config.cascade import SecondaryConfig, TrackingConfig
 from pipeline.config.engine import Backend, CalibrationConfig, EngineConfig, ModelConfig
 from pipeline.config.job import Config, HttpConfig, StageConfig, StagesConfig, TransportConfig
@@ -25,12 +26,13 @@ from pipeline.config.loading import (
 )
 from pipeline.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from pipeline.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, SourceConfig
+from pipeline.config.steps import StepConfig
 from pipeline.names import output_name
 
 __all__ = [
-    "SOURCE_ID", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config", "EngineConfig",
-    "HttpConfig", "JsonlOutput", "ModelConfig", "Output", "Policy", "ReconnectConfig", "SecondaryConfig",
-    "SourceConfig", "StageConfig", "StagesConfig", "TrackingConfig", "TransportConfig", "VideoFileOutput",
-    "ZmqOutput", "apply_override", "describe_validation_error", "load_config", "load_raw", "output_name", "resolve_inputs",
-    "resolve_path", "validate_config",
+    "SOURCE_ID", "AudioConfig", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config",
+    "EngineConfig", "HttpConfig", "JsonlOutput", "MissingAudioConfig", "ModelConfig", "Output", "Policy",
+    "ReconnectConfig", "SecondaryConfig", "SourceConfig", "StageConfig", "StagesConfig", "StepConfig", "TrackingConfig",
+    "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override", "describe_validation_error", "load_config",
+    "load_raw", "output_name", "resolve_inputs", "resolve_path", "validate_config",
 ]

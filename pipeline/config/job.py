@@ -13,6 +13,7 @@ from pipeline.config.cascade import SecondaryConfig, TrackingConfig
 from pipeline.config.engine import EngineConfig, ModelConfig
 from pipeline.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from pipeline.config.sources import SourceConfig
+from pipeline.config.steps import StepConfig
 from pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK, output_name
 
 
@@ -170,6 +171,11 @@ class Config(_Model):
     tracking: TrackingConfig | None = Field(
         default=None, description="Track the model's detections per source (a track_id on each); null: off."
     )
+    steps: tuple[StepConfig, ...] = Field(
+        default=(),
+        description="Stages run on each frame before preprocessing, in order: audio features, voice "
+        "activity, the region a generator works on (README, Audio).",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
     composite: tuple[CompositeConfig, ...] = Field(
         default=(), description="Drawing steps applied, in order, to each frame before the outputs."
@@ -202,6 +208,7 @@ class Config(_Model):
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
         self._check_secondary()
+        self._steps_fit()
         names = self.stage_names()
         for name in self.transport.remote_stages:
             if name not in names:
@@ -219,11 +226,18 @@ class Config(_Model):
             if item.reinfer_every is not None and self.tracking is None:
                 raise ValueError(f"secondary.{i}.reinfer_every: needs tracking: (a track id on each object)")
 
+    def _steps_fit(self) -> None:
+        seen = {PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE, OUTPUTS}
+        for i, step in enumerate(self.steps):
+            if step.stage in seen or step.stage.startswith("output"):
+                raise ValueError(f"steps.{i}.name: {step.stage!r} is already a stage name; name the step")
+            seen.add(step.stage)
+
     def stage_names(self) -> list[str]:
         """The job's stages after decode, as the hub and the `worker` command name them: with
         `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
         (and more than one output), one `outputs` stage runs every output."""
-        names = [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])
+        names = [s.stage for s in self.steps] + [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])
         names += ([SECONDARY] if self.secondary else []) + ([COMPOSITE] if self.composite else [])
         if self.stages.fuse:
             names = [INFER]

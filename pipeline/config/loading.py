@@ -211,7 +211,15 @@ def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
                 return str(candidate)
         return path
 
-    sources = tuple(s.model_copy(update={"uri": find(s.uri)}) for s in config.sources)
+    sources = tuple(
+        s.model_copy(update={"uri": find(s.uri), "audio": s.audio and s.audio.model_copy(update={"uri": find(s.audio.uri)})})
+        for s in config.sources
+    )
     model = config.model.model_copy(update={"path": find(config.model.path)})
     secondary = tuple(s.model_copy(update={"path": find(s.path)}) for s in config.secondary)
-    return config.model_copy(update={"sources": sources, "model": model, "secondary": secondary})
+    # A step's model file (`model:` of audio_features, vad, region) resolves like model.path.
+    steps = tuple(
+        s.model_copy(update={"model": find(s.params["model"])}) if isinstance(s.params.get("model"), str) else s
+        for s in config.steps
+    )
+    return config.model_copy(update={"sources": sources, "model": model, "secondary": secondary, "steps": steps})

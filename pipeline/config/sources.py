@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from pipeline import uris
+from pipeline.config.audio import AudioConfig, Template
 from pipeline.config.base import _Model
 
 SOURCE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -137,6 +138,14 @@ class SourceConfig(_Model):
         description="ZeroMQ sources with curve_secret_key: a folder of producer public certificates; "
         "only those may connect (without it, any producer that knows the public key may).",
     )
+    audio: AudioConfig | None = Field(
+        default=None, description="The source's audio (for audio steps and outputs); null: none is read."
+    )
+    template: Template | None = Field(
+        default=None,
+        description="The uri is a template video, repeated (loop or pingpong) for as long as the "
+        "audio lasts, at its own frame rate: needs audio with a uri of its own.",
+    )
 
     @field_validator("id")
     @classmethod
@@ -180,11 +189,25 @@ class SourceConfig(_Model):
             raise ValueError(f"curve_secret_key: only for ZeroMQ sources, not {kind} {uris.redact(self.uri)}")
         if self.curve_clients and not self.curve_secret_key:
             raise ValueError("curve_clients: needs curve_secret_key (the source's own certificate)")
+        self._audio_fits(kind)
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
                 raise ValueError(f"uri: {self.uri!r}: expected zmq+tcp://host:port or zmq+ipc:///path")
         return self
+
+    def _audio_fits(self, kind: str) -> None:
+        audio = self.audio
+        if self.template is not None:
+            if audio is None or audio.uri == "self":
+                raise ValueError("template: needs audio.uri: the audio file or stream that drives the template")
+            if kind != "file":
+                raise ValueError(f"template: the template must be a video file, not {kind} {uris.redact(self.uri)}")
+        if audio is not None and audio.uri == "self" and kind in ("zmq", "camera"):
+            raise ValueError(
+                f"audio.uri: self: a {'ZeroMQ frame input' if kind == 'zmq' else 'camera'} has no audio track "
+                "of its own (use a ZeroMQ audio input, zmq+tcp://host:port, or a file)"
+            )
 
     @property
     def is_live(self) -> bool:

@@ -25,7 +25,8 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
     """Version, source, seq, pts, time, frame size, the task's results and per-stage latencies."""
     now = time.time() if now is None else now
     latency: dict[str, float] = {}
-    for stage in STAGE_ORDER:
+    # The fixed stages in frame order, then any others (steps) as they came.
+    for stage in (*STAGE_ORDER, *(s for s in frame.timings if s not in STAGE_ORDER)):
         span = frame.timings.get(stage)
         if span:
             latency[stage] = round((span[1] - span[0]) * 1000.0, 3)

@@ -11,9 +11,11 @@ from typing import Any
 import cv2
 import numpy as np
 
+from media.audio import RingTrack
 from media.segments import Recording, Retention, Segment
 from media.video_reader import StreamInfo
 from media.video_writer import VideoFileWriter
+from pipeline.audioring import RingCache, ring_of
 from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
 from pipeline.errors import FramewireError
 from pipeline.frame import Frame, Stage, StageContext
@@ -69,6 +71,8 @@ class VideoFileSink(_PerSource):
     def __init__(self, config: VideoFileOutput) -> None:
         super().__init__()
         self.config = config
+        self._rings = RingCache()
+        self._first: dict[str, Frame] = {}
 
     def _open(self, source_id: str) -> Recording:
         info_dict = self.streams.get(source_id)
@@ -76,10 +80,16 @@ class VideoFileSink(_PerSource):
             raise FramewireError(f"video_file output: no stream info for source {source_id}")
         info = StreamInfo.from_dict(info_dict)
         c = self.config
+        wanted = c.audio and info.has_audio
+        # A source's audio (sources[].audio) is muxed from its file, or from its ring when it is live.
+        audio = (info_dict.get("audio_path") or info_dict.get("path")) if wanted else None
+        first = self._first.pop(source_id, None)
+        wire = ring_of(first.pool_wire) if first is not None else None
+        ring = self._rings.get(wire) if wanted and info_dict.get("audio_mux") == "ring" and wire is not None else None
         return Recording(
             c.path,
             source_id,
-            functools.partial(self._segment_writer, info, info_dict.get("path") if (c.audio and info.has_audio) else None),
+            functools.partial(self._segment_writer, info, audio, ring),
             time_base=info.time_base,
             fps=info.fps,
             segment_s=c.segment_s,
@@ -87,11 +97,20 @@ class VideoFileSink(_PerSource):
             on_segment=functools.partial(self._announce, source_id),
         )
 
-    def _segment_writer(self, info: StreamInfo, audio: str | None, path: str, start_s: float) -> VideoFileWriter:
+    def _segment_writer(
+        self, info: StreamInfo, audio: str | None, ring: Any, path: str, start_s: float, first: bool
+    ) -> VideoFileWriter:
+        """One segment's writer: its audio from the ring (a live source's), from `start_s` on, or
+        copied from the file, a later segment from its own start on."""
         c = self.config
+        track = (
+            functools.partial(RingTrack, ring, frame_duration_s=float(1 / info.fps), start_s=start_s)
+            if ring is not None else None
+        )  # fmt: skip
         return VideoFileWriter(
-            path, info, crf=c.crf, preset=c.preset, audio_from=audio, container=c.container,
-            fragment_s=c.fragment_s, audio_start_s=start_s if start_s > 0 else None,
+            path, info, crf=c.crf, preset=c.preset, audio_from=audio if track is None else None,
+            audio_track=track, container=c.container, fragment_s=c.fragment_s,
+            audio_start_s=None if first or track is not None else start_s,
         )  # fmt: skip
 
     def _announce(self, source_id: str, segment: Segment) -> None:
@@ -102,9 +121,15 @@ class VideoFileSink(_PerSource):
             self.ctx.emit({"v": RECORD_VERSION, **segment.event(source_id, self.ctx.stage)})
 
     def process(self, frame: Frame) -> Iterable[Frame]:
+        if frame.source_id not in self._writers:
+            self._first[frame.source_id] = frame  # its pool names the audio ring; its time starts the track
         decode = frame.timings.get("decode")
         self.writer(frame.source_id).write(composited_image(frame), frame.pts, decode[0] if decode else None)
         return ()
+
+    def stop(self) -> None:
+        super().stop()
+        self._rings.close()
 
 
 class JsonlSink(_PerSource):

@@ -39,6 +39,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "classification": "stages.tasks.classification:Classification",
     "text_detection": "stages.tasks.text_detection:TextDetection",
     "text_recognition": "stages.tasks.text_recognition:TextRecognition",
+    "generator": "stages.tasks.generator:Generator",
 }
 """Built-in task names and the class each one loads (a Task for `model:`, an ObjectTask for
 `secondary:`; classification is both)."""

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.frame import Frame
 from pipeline.tensors import TensorSpec
 
 
@@ -99,6 +100,17 @@ class Task(ABC):
     @abstractmethod
     def preprocess(self, frame: np.ndarray, out: np.ndarray) -> dict[str, Any]:
         """Fill `out` (shaped as `input_spec`) from a BGR uint8 frame; return small JSON-able meta."""
+
+    def preprocess_frame(self, frame: Frame, out: np.ndarray) -> dict[str, Any]:
+        """What the preprocess stage calls: `preprocess` of the frame's image by default. A task whose
+        model takes more than the image (a region from a step, audio features) reads the frame's
+        `meta` and `tensors` here, and may add inline tensors for its other inputs."""
+        return self.preprocess(frame.region("image"), out)
+
+    def feeds(self, frame: Frame) -> dict[str, np.ndarray]:
+        """The model inputs of one preprocessed frame (batch of one), by name: the slot's `input`
+        region by default; a model with several inputs adds the others (inline tensors, constants)."""
+        return {self.input_name: frame.region("input")}
 
     @abstractmethod
     def postprocess(

@@ -1,4 +1,5 @@
-"""A small real RTSP server for the tests: H.264 over RTP (RFC 6184), TCP-interleaved or UDP.
+"""A small real RTSP server for the tests: H.264 over RTP (RFC 6184), TCP-interleaved or UDP, and,
+with `--audio FILE`, that file's sound as 16 kHz mono L16 (RFC 3551) on a second track (TCP only).
 
 FFmpeg's RTSP muxer only pushes to a server (its `listen` flag is for input), and no RTSP server
 comes from PyPI, so the tests serve their own: `python -m tests.support.rtsp_server --port P` encodes a
@@ -92,8 +93,27 @@ def rtp_payloads(access_unit: bytes) -> Iterator[bytes]:
             yield bytes([indicator, header]) + body[start : start + MTU_PAYLOAD]
 
 
+AUDIO_RATE = 16000
+AUDIO_PACKET = 320
+"""Samples per audio packet: 20 ms at 16 kHz."""
+
+
+def read_audio(path: str) -> bytes:
+    """A file's sound as 16 kHz mono big-endian 16-bit PCM (L16)."""
+    from media.audio import AudioDecoder
+
+    decoder = AudioDecoder("rtsp-server", path, AUDIO_RATE)
+    decoder.open()
+    samples = np.concatenate([c.samples for c in decoder.chunks()])
+    decoder.close()
+    return (np.clip(samples, -1, 1) * 32767).astype(">i2").tobytes()
+
+
 class Clip:
-    def __init__(self, width: int, height: int, frames: int, fps: int, path: str | None = None) -> None:
+    def __init__(
+        self, width: int, height: int, frames: int, fps: int, path: str | None = None, audio: str | None = None
+    ) -> None:
+        self.audio = read_audio(audio) if audio else None
         if path is not None:
             images, fps = read_video(path)
             height, width = images[0].shape[:2]
@@ -120,6 +140,12 @@ class Clip:
             "a=rtpmap:96 H264/90000\r\n"
             f"a=fmtp:96 {self.fmtp}\r\n"
             "a=control:track1\r\n"
+        ) + (
+            "m=audio 0 RTP/AVP 97\r\n"
+            f"a=rtpmap:97 L16/{AUDIO_RATE}/1\r\n"
+            "a=control:track2\r\n"
+            if self.audio
+            else ""
         )
 
 
@@ -185,7 +211,8 @@ class Session(threading.Thread):
         elif method == "SETUP":
             transport = headers.get("transport", "")
             if "TCP" in transport:
-                extra["Transport"] = "RTP/AVP/TCP;unicast;interleaved=0-1"
+                channels = "2-3" if url.rstrip("/").endswith("track2") else "0-1"
+                extra["Transport"] = f"RTP/AVP/TCP;unicast;interleaved={channels}"
             else:
                 port = int(transport.split("client_port=")[1].split("-")[0])
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -196,7 +223,10 @@ class Session(threading.Thread):
             extra["Session"] = f"{self.session_id};timeout=60"
         elif method == "PLAY":
             extra["Session"] = self.session_id
-            threading.Thread(target=self._play, daemon=True).start()
+            started = time.monotonic() + 0.05  # both tracks start at the same instant: in sync
+            threading.Thread(target=self._play, args=(started,), daemon=True).start()
+            if self.clip.audio and self.udp is None:
+                threading.Thread(target=self._play_audio, args=(started,), daemon=True).start()
         elif method == "TEARDOWN":
             self.closed.set()
         cseq = headers.get("cseq", "0")
@@ -209,10 +239,33 @@ class Session(threading.Thread):
         with self.lock:
             self.conn.sendall(data)
 
-    def _play(self) -> None:
+    def _play_audio(self, started: float) -> None:
+        """The sound, looped, in 20 ms packets on interleaved channel 2, paced like the frames."""
+        assert self.clip.audio is not None
+        ssrc, seq, index = random.getrandbits(32), random.getrandbits(16), 0
+        # A random first timestamp, as RFC 3550 asks: FFmpeg takes a first timestamp of 0 for "none
+        # yet" and starts the track at the second packet, 20 ms off the video.
+        base = random.randrange(1, 2**31)
+        data, step = self.clip.audio, AUDIO_PACKET * 2
+        try:
+            while not self.closed.is_set():
+                delay = started + index * AUDIO_PACKET / AUDIO_RATE - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                at = (index * step) % len(data)
+                payload = (data + data)[at : at + step] if at + step > len(data) else data[at : at + step]
+                stamp = (base + index * AUDIO_PACKET) & 0xFFFFFFFF
+                packet = struct.pack("!BBHII", 0x80, 97, seq, stamp, ssrc) + payload
+                seq = (seq + 1) & 0xFFFF
+                self._write(b"$\x02" + struct.pack("!H", len(packet)) + packet)
+                index += 1
+        except OSError:
+            self.closed.set()
+
+    def _play(self, started: float) -> None:
         ssrc = random.getrandbits(32)
         seq = random.getrandbits(16)
-        started = time.monotonic()
+        base = random.randrange(1, 2**31)
         index = 0
         try:
             while not self.closed.is_set():
@@ -220,7 +273,7 @@ class Session(threading.Thread):
                 delay = started + index / self.clip.fps - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                stamp = (index * CLOCK // self.clip.fps) & 0xFFFFFFFF
+                stamp = (base + index * CLOCK // self.clip.fps) & 0xFFFFFFFF
                 payloads = list(rtp_payloads(unit))
                 for n, payload in enumerate(payloads):
                     marker = 0x80 if n == len(payloads) - 1 else 0
@@ -255,8 +308,9 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--fps", type=int, default=25)
     parser.add_argument("--clip", help="serve this video's frames (its size and rate) instead, looped")
+    parser.add_argument("--audio", help="also serve this file's sound (16 kHz mono L16), looped")
     args = parser.parse_args()
-    serve(args.port, Clip(args.width, args.height, args.frames, args.fps, args.clip))
+    serve(args.port, Clip(args.width, args.height, args.frames, args.fps, args.clip, args.audio))
 
 
 if __name__ == "__main__":
@@ -264,7 +318,14 @@ if __name__ == "__main__":
 
 
 def spawn(
-    port: int, *, width: int = 160, height: int = 120, frames: int = 50, fps: int = 25, clip: str | None = None
+    port: int,
+    *,
+    width: int = 160,
+    height: int = 120,
+    frames: int = 50,
+    fps: int = 25,
+    clip: str | None = None,
+    audio: str | None = None,
 ) -> Any:
     """Start the server in a child process (`python -m tests.support.rtsp_server`); returns once it listens.
     With `clip`, it serves that video's frames (re-encoded, looped) instead of a drawn clip."""
@@ -278,7 +339,7 @@ def spawn(
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.rtsp_server", "--port", str(port), "--width", str(width),
          "--height", str(height), "--frames", str(frames), "--fps", str(fps),
-         *(["--clip", clip] if clip else [])],
+         *(["--clip", clip] if clip else []), *(["--audio", audio] if audio else [])],
         cwd=root, env=env, stdout=subprocess.PIPE, text=True,
     )
     assert process.stdout is not None

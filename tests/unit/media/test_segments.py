@@ -106,7 +106,7 @@ def recording(tmp_path: Path, template: str, announced: list[Segment], **kwargs:
     info = info_for()
     return Recording(
         str(tmp_path / template), "cam",
-        lambda path, start_s: VideoFileWriter(path, info, preset="ultrafast", container="fmp4"),
+        lambda path, start_s, first: VideoFileWriter(path, info, preset="ultrafast", container="fmp4"),
         time_base=info.time_base, fps=info.fps, on_segment=announced.append, **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
 
@@ -170,8 +170,8 @@ def test_segments_of_a_clip_with_audio_carry_their_own_audio(tmp_path: Path) -> 
     with VideoReader("bbb", str(source)) as reader:
         info = reader.info
         opener = functools.partial(
-            lambda path, start_s: VideoFileWriter(path, info, preset="ultrafast", audio_from=str(source),
-                                                  container="fmp4", audio_start_s=start_s or None))  # fmt: skip
+            lambda path, start_s, first: VideoFileWriter(path, info, preset="ultrafast", audio_from=str(source),
+                                                         container="fmp4", audio_start_s=None if first else start_s))  # fmt: skip
         rec = Recording(str(tmp_path / "{index}.mp4"), "bbb", opener, time_base=info.time_base, fps=info.fps,
                         segment_s=2.0, on_segment=announced.append)  # fmt: skip
         for frame in reader.frames():

@@ -21,12 +21,17 @@ class Worker:
         self.credits = credits
         self.inflight: dict[FrameKey, float] = {}
         self.ready = True
+        self.finished = False
         self.got: list[Any] = []
         self.reachable = True
 
     @property
     def available(self) -> bool:
-        return self.ready
+        return self.ready and not self.finished
+
+    @property
+    def starting(self) -> bool:
+        return not self.ready and not self.finished
 
     def answer(self, key: FrameKey) -> None:
         del self.inflight[key]
@@ -268,10 +273,26 @@ def test_when_its_worker_dies_a_source_moves_on_in_order_and_the_move_is_counted
     hub.finish(first, "track", FrameKey("cam", 0))
     lost = hub.router.requeue("track", first)
     assert sorted(lost) == [FrameKey("cam", i) for i in (1, 2, 3)]
-    first.ready = False
+    first.finished = True
     hub.dispatch()
     assert other.got == [FrameKey("cam", i) for i in (1, 2, 3)]
     assert hub.router.moved == {"track": 1}
     hub.router.end("cam", 4)
     hub.dispatch()
     assert other.got[-1] == EndOfStream("cam")
+
+
+def test_sources_wait_for_every_worker_of_an_ordered_stage_before_they_stick_to_one() -> None:
+    # Pinned at their first frame, sources would all go to the worker that was up first.
+    hub = ordered_hub(workers=3)
+    late = hub.workers["track"][2]
+    late.ready = False
+    for source in ("a", "b", "c"):
+        hub.router.open(source)
+        hub.admit(source, range(2))
+    run_through(hub, "infer")
+    hub.dispatch()
+    assert all(not w.got for w in hub.workers["track"])  # nobody pinned while one still starts
+    late.ready = True
+    hub.dispatch()
+    assert sorted(len({k.source for k in w.got}) for w in hub.workers["track"]) == [1, 1, 1]

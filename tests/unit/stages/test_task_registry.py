@@ -66,7 +66,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
 
 def test_builtin_names() -> None:
     assert sorted(BUILTIN_TASKS) == [
-        "classification", "detection", "face_detection", "matting", "text_detection", "text_recognition"
+        "classification", "detection", "face_detection", "generator", "matting", "text_detection", "text_recognition"
     ]
     assert get_task_class("face_detection") is FaceDetection
     assert get_task_class("matting") is Matting
