@@ -36,7 +36,7 @@ def test_audio_defaults_and_stage_names() -> None:
 
 
 def test_one_line_errors_name_the_key() -> None:
-    assert error(source="template: loop") == "job.yaml: sources.0: template: needs audio.uri: the audio file or stream that drives the template"
+    assert error(source="template: loop") == "job.yaml: sources.0.template: needs audio.uri: the audio file or stream that drives the template"
     assert "template: the template must be a video file" in error(source="template: loop, audio: {uri: s.wav}", uri="'rtsp://h/x'")
     assert "audio.uri: self: a ZeroMQ frame input has no audio track" in error(source="audio: {uri: self}", uri="'zmq+tcp://127.0.0.1:5570'")
     assert "a camera has no audio input here" in error(source="audio: {uri: /dev/video0}")

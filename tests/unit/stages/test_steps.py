@@ -117,5 +117,5 @@ def test_region_expands_squares_smooths_and_holds() -> None:
     frame.inline = {"image": np.zeros((144, 176, 3), np.uint8)}
     out = next(iter(fixed.process(frame)))  # type: ignore[attr-defined]
     assert out.meta["region"] == [44, 72, 132, 108] and not fixed.ordered  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"^steps.0: box: required with source fixed"):
+    with pytest.raises(ConfigError, match=r"^steps.0.box: required with source fixed"):
         step("region", source="fixed")
