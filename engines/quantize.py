@@ -156,9 +156,18 @@ def video_frames(uri: str, count: int, *, stride: int | None = None) -> Iterator
 def mixed_frames(uris: Sequence[str], count: int, *, stride: int | None = None) -> Iterator[np.ndarray]:
     """`count` frames shared among several videos (the first ones get the remainder), one video
     after the other."""
+    for _, image in labelled_frames(uris, count, stride=stride):
+        yield image
+
+
+def labelled_frames(
+    uris: Sequence[str], count: int, *, stride: int | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """`mixed_frames`, each with the video it came from."""
     for position, uri in enumerate(uris):
         share = count // len(uris) + (1 if position < count % len(uris) else 0)
-        yield from video_frames(uri, share, stride=stride)
+        for image in video_frames(uri, share, stride=stride):
+            yield uri, image
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -306,14 +315,39 @@ def _quantize_static(
         nodes_to_exclude=list(float_nodes),
         calibrate_method=method,
         extra_options=(
-            {"WeightSymmetric": True, "ActivationSymmetric": True, "QuantizeBias": False}
+            {
+                "WeightSymmetric": True,
+                "ActivationSymmetric": True,
+                "QuantizeBias": False,
+                "OpTypesToExcludeOutputQuantization": list(GPU_OP_TYPES),
+            }
             if gpu
             else {"WeightSymmetric": True, "ActivationSymmetric": False}
         ),
         # TensorRT wants Q/DQ on the inputs of weighted layers and fuses the rest itself;
-        # quantising Add, MaxPool, Resize too cost YuNet 0.09-0.15 of face agreement here.
+        # quantising Add, MaxPool, Resize too cost YuNet 0.09-0.15 of face agreement here, and
+        # quantising the layers' outputs (ONNX Runtime's default) rounded the detection heads'
+        # maps to 8 bits: bigbuckbunny's agreement 0.690 with, 0.774 without (docs/gpu.md).
         op_types_to_quantize=list(GPU_OP_TYPES) if gpu else None,
     )
+
+
+def save_with_info(model: onnx.ModelProto, path: str | Path, updates: Mapping[str, Any]) -> None:
+    """Write `model` to `path` with its `framewire.quantization` metadata updated by `updates`."""
+    import onnx
+
+    entry = next((e for e in model.metadata_props if e.key == METADATA_KEY), None)
+    if entry is None:
+        entry = model.metadata_props.add()
+        entry.key = METADATA_KEY
+        entry.value = "{}"
+    try:
+        info = json.loads(entry.value)
+    except ValueError:
+        info = {}
+    info.update(updates)
+    entry.value = json.dumps(info)
+    onnx.save(model, str(path))
 
 
 def quantization_info(path: str | Path) -> dict[str, Any] | None:

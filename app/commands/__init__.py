@@ -40,6 +40,18 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tolerance_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--iou`, `--min-agreement`, `--max-matte-mae`: what a model must reach against fp32
+    (`app.accuracy.Tolerance`), for `bench accuracy` and `quantize --auto-fp32` alike."""
+    parser.add_argument("--iou", type=float, default=0.9, help="IoU at which two boxes match (default: %(default)s)")
+    parser.add_argument(
+        "--min-agreement", type=float, default=0.95, help="box (face) agreement to reach (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-matte-mae", type=float, default=0.02, help="matte mean absolute error allowed, 0-1 (default: %(default)s)"
+    )
+
+
 def input_roots(config_path: str | Path) -> list[Path]:
     """Where relative input paths (model, file sources) are looked for after the current folder:
     beside the config, in the checkout, and beside the config's folder (the shipped configs name

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from app.commands import add_tolerance_args
+
 
 def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
     parser = sub.add_parser(
@@ -68,7 +70,39 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "per-channel weights); fp16: half precision, no calibration (TensorRT 11 fp16). All run on the "
         "CPU, so bench accuracy can check them (default: %(default)s)",
     )
+    _add_check_args(parser)
     parser.set_defaults(handler=run)
+
+
+def _add_check_args(parser: argparse.ArgumentParser) -> None:
+    check = parser.add_argument_group(
+        "--auto-fp32",
+        "keep in fp32 the fewest most sensitive layers that bring the INT8 model within bench accuracy's "
+        "tolerance, checked with the task's own results on frames of the calibration videos",
+    )
+    check.add_argument(
+        "--auto-fp32",
+        action="store_true",
+        help="measure each layer's sensitivity and keep the fewest layers fp32 that pass the check "
+        "(minutes on a large model)",
+    )
+    check.add_argument(
+        "--check-frames",
+        type=int,
+        default=None,
+        help="frames the check runs on, spread over the calibration videos (default: as many as --frames)",
+    )
+    check.add_argument(
+        "--sensitivity-frames", type=int, default=8, help="frames each layer's sensitivity is measured on (default: %(default)s)"
+    )
+    add_tolerance_args(check)
+    check.add_argument(
+        "--max-output-error",
+        type=float,
+        default=0.01,
+        help="for tasks without boxes or mattes: squared output error relative to the outputs' energy "
+        "(default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
+    for flag in ("check_frames", "sensitivity_frames"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    if args.auto_fp32 and args.recipe == "fp16":
+        raise UsageError("--auto-fp32 applies to INT8 recipes (cpu, tensorrt), not fp16")
     config = load_job(args)
     task = build_task(config)
     if args.recipe == "fp16":
@@ -113,5 +153,45 @@ def run(args: argparse.Namespace) -> int:
         f"{report.quantized_nodes} tensors quantised; kept in fp32: {describe_float_nodes(report.float_nodes)}",
         file=sys.stderr,
     )
+    if args.auto_fp32:
+        _auto_fp32(args, task, config.model.path, videos)
     print(f"use it with: --set model.path={report.output}", file=sys.stderr)
     return 0
+
+
+def _auto_fp32(args: argparse.Namespace, task: Any, model_path: str, videos: list[str]) -> None:
+    """Replace the INT8 model just written by the one with its most sensitive layers in fp32."""
+    from pathlib import Path
+
+    import onnx
+
+    from app.accuracy import Tolerance
+    from app.mixed_precision import choose_float_layers, describe
+    from engines.quantize import labelled_frames, prepare_float_model, save_with_info
+
+    def say(text: str) -> None:
+        print(f"auto fp32: {text}", file=sys.stderr)
+
+    images = list(labelled_frames(videos, args.check_frames or args.frames, stride=args.stride))
+    try:
+        found = choose_float_layers(
+            task,
+            onnx.load(args.output),
+            prepare_float_model(model_path, task.dynamic_axes()),
+            images,
+            tolerance=Tolerance(args.iou, args.min_agreement, args.max_matte_mae),
+            max_output_error=args.max_output_error,
+            sensitivity_frames=args.sensitivity_frames,
+            progress=say,
+        )
+    except BaseException:
+        # The command failed: no model it did not check is left where it was asked for.
+        Path(args.output).unlink(missing_ok=True)
+        raise
+    save_with_info(found.model, args.output, found.info())
+    kept = ", ".join(found.kept) or "none"
+    print(
+        f"{args.output}: {len(found.kept)} of {found.layers} weighted layers kept in fp32 ({kept}); "
+        f"on {len(images)} check frame(s): {describe(found.after)} (all int8: {describe(found.before)})",
+        file=sys.stderr,
+    )

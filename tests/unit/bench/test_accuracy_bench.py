@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import run_pipeline
-from bench.accuracy import FaceAgreement, _task_summary, _verdict, iou, match_faces, tensor_errors
+from app.accuracy import FaceAgreement, Tolerance, iou, match_faces, task_summary, tensor_errors, verdict
 from stages.tasks.base import Result
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,11 +71,11 @@ def test_tensor_errors_are_relative_to_the_reference() -> None:
 def test_matte_error_and_verdicts() -> None:
     ref = [Result({}, {"alpha": np.full((4, 4), 255, dtype=np.uint8)})]
     test = [Result({}, {"alpha": np.full((4, 4), 204, dtype=np.uint8)})]
-    summary = _task_summary(ref, test, 0.9)
+    summary = task_summary(ref, test, 0.9)
     assert summary["matte"]["mae"] == pytest.approx(0.2)
-    assert _verdict(summary, 0.95, 0.05) == (False, ["matte MAE 0.2000 > 0.05"])
-    assert _verdict({"faces": {"agreement": 0.97}}, 0.95, 0.05) == (True, [])
-    assert _verdict({"faces": {"agreement": 0.9}}, 0.95, 0.05)[0] is False
+    assert verdict(summary, Tolerance(0.9, 0.95, 0.05)) == (False, ["matte MAE 0.2000 > 0.05"])
+    assert verdict({"faces": {"agreement": 0.97}}, Tolerance(0.9, 0.95, 0.05)) == (True, [])
+    assert verdict({"faces": {"agreement": 0.9}}, Tolerance(0.9, 0.95, 0.05))[0] is False
 
 
 def test_bench_accuracy_end_to_end(

@@ -158,3 +158,65 @@ def test_quantize_command_writes_a_model_usable_as_model_path(
     assert "calibrated on 2 frame(s)" in capsys.readouterr().err
     assert quantization_info(out)["per_channel"] is False  # type: ignore[index]
     assert run_pipeline.main(["validate", "--set", f"model.path={out}"]) == 0
+
+
+def test_auto_fp32_keeps_the_fewest_sensitive_layers_that_pass_the_check(
+    tmp_path: Path, face_clip: Path, task, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+) -> None:
+    """A strict tolerance (IoU 0.97, every face) that the all-int8 model misses on this clip: the
+    written model keeps some layers fp32, says which in its metadata, and passes the check when
+    measured again here, with the task's own results."""
+    from app.accuracy import Tolerance, task_summary, verdict
+    from engines.mixed_precision import quantised_layers
+
+    out = tmp_path / "auto.onnx"
+    argv = ["quantize", "--recipe", "tensorrt", "--video", str(face_clip), "--frames", "6", "--output", str(out)]
+    strict = ["--iou", "0.97", "--min-agreement", "1.0", "--sensitivity-frames", "2"]
+    assert run_pipeline.main([*argv, "--auto-fp32", *strict]) == 0
+    err = capsys.readouterr().err
+    info = quantization_info(out)["auto_fp32"]  # type: ignore[index]
+    assert info["int8_only"]["agreement"] < 1.0 and info["result"]["agreement"] == 1.0
+    kept = info["kept"]
+    assert 0 < len(kept) < info["layers"] == 53
+    assert f"{len(kept)} of 53 weighted layers kept in fp32" in err
+    model = onnx.load(str(out))
+    assert not set(kept) & set(quantised_layers(model))
+    assert len(quantised_layers(model)) == 53 - len(kept)
+
+    images = list(video_frames(str(face_clip), 6))
+    fp32 = OnnxRuntimeEngine(str(YUNET), dynamic_axes=task.dynamic_axes())
+    mixed = OnnxRuntimeEngine(str(out), dynamic_axes=task.dynamic_axes())
+
+    def results(engine: OnnxRuntimeEngine) -> list:  # type: ignore[type-arg]
+        found = []
+        for image, feed in zip(images, task_feeds(task, images)):
+            meta = task.preprocess(image, feed[task.input_name])
+            found.append(task.postprocess(engine.infer(feed, task.output_names), meta, image.shape[1], image.shape[0]))
+        return found
+
+    summary = task_summary(results(fp32), results(mixed), 0.97)
+    assert summary["faces"]["reference_faces"] == 6
+    assert verdict(summary, Tolerance(0.97, 1.0, 0.02)) == (True, [])
+
+
+def test_auto_fp32_refuses_the_fp16_recipe(tmp_path: Path, face_clip: Path) -> None:
+    code = run_pipeline.main(
+        ["quantize", "--recipe", "fp16", "--auto-fp32", "--video", str(face_clip), "-o", str(tmp_path / "x.onnx")]
+    )
+    assert code == 2
+
+
+def test_auto_fp32_that_fails_leaves_no_model(
+    tmp_path: Path, face_clip: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import app.mixed_precision
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise EngineError("auto fp32: even with all 46 weighted layers in fp32 the model fails the check")
+
+    monkeypatch.setattr(app.mixed_precision, "choose_float_layers", fails)
+    out = tmp_path / "auto.onnx"
+    argv = ["quantize", "--video", str(face_clip), "--frames", "2", "--auto-fp32", "--output", str(out)]
+    assert run_pipeline.main(argv) == 1
+    assert "even with all 46 weighted layers" in capsys.readouterr().err
+    assert not out.exists()
