@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from stages import detections
 from stages.tasks.base import Result
 
 
@@ -37,14 +38,8 @@ class Tolerance:
 
 
 def iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """Intersection over union of two [x, y, w, h] boxes."""
-    ax, ay, aw, ah = (float(v) for v in a[:4])
-    bx, by, bw, bh = (float(v) for v in b[:4])
-    iw = min(ax + aw, bx + bw) - max(ax, bx)
-    ih = min(ay + ah, by + bh) - max(ay, by)
-    inter = max(0.0, iw) * max(0.0, ih)
-    union = aw * ah + bw * bh - inter
-    return inter / union if union > 0 else 0.0
+    """Intersection over union of two [x, y, w, h] boxes (stages.detections.iou, for one pair)."""
+    return float(detections.iou(detections.boxes([{"box": a[:4]}]), detections.boxes([{"box": b[:4]}]))[0, 0])
 
 
 def match_faces(
@@ -52,10 +47,10 @@ def match_faces(
 ) -> list[tuple[int, int, float]]:
     """Pairs (reference index, test index, IoU) at IoU >= threshold, each face used once, the best
     overlaps taken first (greedy: what an evaluator of detections does)."""
+    overlaps = detections.iou(detections.boxes(reference), detections.boxes(test))
     candidates = [
-        (iou(r["box"], t["box"]), i, j) for i, r in enumerate(reference) for j, t in enumerate(test)
+        (float(overlaps[i, j]), int(i), int(j)) for i, j in zip(*np.nonzero(overlaps >= threshold))
     ]
-    candidates = [c for c in candidates if c[0] >= threshold]
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
     used_ref: set[int] = set()
     used_test: set[int] = set()

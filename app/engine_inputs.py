@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,8 +51,14 @@ def calibration_batches(task: Task, video: str, frames: int) -> Iterator[np.ndar
 def task_feeds(task: Task, images: Iterable[np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
     """Model feeds of BGR frames through the task's own preprocessing (a fresh array per frame)."""
     for image in images:
-        height, width = image.shape[:2]
-        spec = task.input_spec(width, height)
-        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
-        task.preprocess(image, buffer)
-        yield {task.input_name: buffer}
+        yield task_inputs(task, image)[0]
+
+
+def task_inputs(task: Task, image: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One BGR frame through the task's own preprocessing: the model feed (a fresh array) and the
+    meta its postprocessing needs."""
+    height, width = image.shape[:2]
+    spec = task.input_spec(width, height)
+    buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
+    meta = task.preprocess(image, buffer)
+    return {task.input_name: buffer}, meta

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.accuracy import Tolerance, task_summary, verdict
+from app.engine_inputs import task_inputs
 from engines import mixed_precision as mp
 from pipeline.errors import EngineError
 from stages.tasks.base import Result, Task
@@ -48,11 +49,8 @@ def check_frames(task: Task, images: Sequence[tuple[str, np.ndarray]]) -> list[C
     """(video, BGR frame) pairs through the task's own preprocessing."""
     frames = []
     for video, image in images:
-        height, width = image.shape[:2]
-        spec = task.input_spec(width, height)
-        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
-        meta = task.preprocess(image, buffer)
-        frames.append(CheckFrame(width, height, {task.input_name: buffer}, meta, video))
+        feed, meta = task_inputs(task, image)
+        frames.append(CheckFrame(image.shape[1], image.shape[0], feed, meta, video))
     return frames
 
 
@@ -87,7 +85,7 @@ class Judge:
         videos = list(dict.fromkeys(frame.video for frame in self.frames))
         for video in videos:
             rows = [i for i, frame in enumerate(self.frames) if frame.video == video]
-            part = self._summary(rows, outputs, results)
+            part = summary if len(videos) == 1 else self._summary(rows, outputs, results)
             _, failures = self._verdict(part)
             summary["videos"][video] = short(part)
             summary["failures"] += [f"{video}: {failure}" if len(videos) > 1 else failure for failure in failures]

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from engines.quantize import video_frames
     from pipeline.config import load_config, resolve_inputs
     from pipeline.errors import UsageError
+    from app.engine_inputs import task_inputs
     from app.plan import build_task
 
     if args.frames < 1:
@@ -89,12 +90,7 @@ def run(args: argparse.Namespace) -> int:
     images = list(video_frames(video, args.frames, stride=args.stride))
     if not images:
         raise UsageError(f"--video: no frames in {video}")
-    prepared = []
-    for image in images:
-        spec = task.input_spec(image.shape[1], image.shape[0])
-        buffer = np.zeros(tuple(int(d) for d in spec.shape), dtype=spec.dtype)  # type: ignore[arg-type]
-        meta = task.preprocess(image, buffer)
-        prepared.append((image, {task.input_name: buffer}, meta))
+    prepared = [(image, *task_inputs(task, image)) for image in images]
 
     reference_engine = vmod.open_variant(config, vmod.REFERENCE, config.model.path, 1, video, task)
     task.check_model(reference_engine.inputs, reference_engine.outputs)

@@ -17,7 +17,6 @@ Every message is checked before use; a bad one is dropped and counted by reason,
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from media.audio import AudioChunk, ToMono
-from sources.zmq_wire import EOS, MAX_HEADER_BYTES, Rejected, ZmqReceiver
+from sources.zmq_wire import EOS, Rejected, ZmqReceiver, parse_header
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +50,9 @@ class PushedAudio:
 
 def parse_audio(parts: Sequence[bytes]) -> PushedAudio | Literal["eos"]:
     """Check one message; raises Rejected naming what is wrong."""
-    if not parts or len(parts) > 2:
-        raise Rejected("parts", f"{len(parts)} parts, expected 2 (header, payload)")
-    if len(parts[0]) > MAX_HEADER_BYTES:
-        raise Rejected("header", f"header of {len(parts[0])} bytes is over {MAX_HEADER_BYTES}")
-    try:
-        header = json.loads(parts[0].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise Rejected("header", "header is not UTF-8 JSON") from None
-    if not isinstance(header, dict):
-        raise Rejected("header", "header is not a JSON object")
-    if header.get("eos") is True:
-        if len(parts) != 1:
-            raise Rejected("parts", "an eos message has no payload")
+    header = parse_header(parts)
+    if header == EOS:
         return EOS
-    if len(parts) != 2:
-        raise Rejected("parts", f"{len(parts)} parts, expected 2 (header, payload)")
     rate, channels, fmt, pts = header.get("rate"), header.get("channels", 1), header.get("format"), header.get("pts")
     if not isinstance(rate, int) or isinstance(rate, bool) or not RATES[0] <= rate <= RATES[1]:
         raise Rejected("format", f"rate must be an integer in {RATES[0]}..{RATES[1]} Hz, got {_short(rate)}")

@@ -66,8 +66,10 @@ EOS: Literal["eos"] = "eos"
 """What `parse` returns for a `{"eos": true}` message: the producer ended the stream."""
 
 
-def parse(parts: Sequence[bytes]) -> PushedFrame | Literal["eos"]:
-    """Check one message; raises Rejected naming what is wrong."""
+def parse_header(parts: Sequence[bytes]) -> dict[str, Any] | Literal["eos"]:
+    """The checks every pushed message passes, frames and audio alike: one or two parts, a JSON
+    object header of bounded size, and either `{"eos": true}` alone or a header and a payload.
+    Returns the header, or EOS; raises Rejected naming what is wrong."""
     if not parts or len(parts) > 2:
         raise Rejected("parts", f"{len(parts)} parts, expected 2 (header, payload)")
     raw = parts[0]
@@ -85,6 +87,14 @@ def parse(parts: Sequence[bytes]) -> PushedFrame | Literal["eos"]:
         return EOS
     if len(parts) != 2:
         raise Rejected("parts", f"{len(parts)} parts, expected 2 (header, payload)")
+    return header
+
+
+def parse(parts: Sequence[bytes]) -> PushedFrame | Literal["eos"]:
+    """Check one message; raises Rejected naming what is wrong."""
+    header = parse_header(parts)
+    if header == EOS:
+        return EOS
     width, height = header.get("width"), header.get("height")
     for name, value in (("width", width), ("height", height)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIDE:

@@ -32,7 +32,7 @@ def _error(call: Any) -> dict[str, str] | None:
 def tensorrt_conventions(trt: Any) -> dict[str, Any]:
     import numpy as np
 
-    from engines import trt_build
+    from engines import trt_build, trt_calibration
 
     found: dict[str, Any] = {
         "runtime_without_cuda": _error(lambda: trt.Runtime(trt.Logger())),
@@ -48,9 +48,9 @@ def tensorrt_conventions(trt: Any) -> dict[str, Any]:
     found["construct_builder"] = _error(lambda: trt_build.construct(trt.Builder, logger, what="a builder"))
     found["import_tensorrt"] = trt_build.import_tensorrt() is trt
     if hasattr(trt, "IInt8EntropyCalibrator2"):
-        feeder = trt_build.BatchFeeder([np.zeros((1, 3), np.float32)], 1, ["x"])
+        feeder = trt_calibration.BatchFeeder([np.zeros((1, 3), np.float32)], 1, ["x"])
         with tempfile.TemporaryDirectory() as tmp:
-            calibrator = trt_build.make_calibrator(trt, feeder, Path(tmp) / "table")
+            calibrator = trt_calibration.make_calibrator(trt, feeder, Path(tmp) / "table")
             found["calibrator"] = {
                 "is_calibrator": isinstance(calibrator, trt.IInt8EntropyCalibrator2),
                 "batch_size": calibrator.get_batch_size(),

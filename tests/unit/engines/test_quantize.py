@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import run_pipeline
-from app.engine_inputs import task_feeds
+from app.engine_inputs import task_feeds, task_inputs
 from engines.onnxruntime import OnnxRuntimeEngine
 from engines.quantize import (
     FeedReader,
@@ -189,8 +189,8 @@ def test_auto_fp32_keeps_the_fewest_sensitive_layers_that_pass_the_check(
 
     def results(engine: OnnxRuntimeEngine) -> list:  # type: ignore[type-arg]
         found = []
-        for image, feed in zip(images, task_feeds(task, images)):
-            meta = task.preprocess(image, feed[task.input_name])
+        for image in images:
+            feed, meta = task_inputs(task, image)
             found.append(task.postprocess(engine.infer(feed, task.output_names), meta, image.shape[1], image.shape[0]))
         return found
 

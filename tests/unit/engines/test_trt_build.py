@@ -11,16 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines import trt_build
+from engines import trt_build, trt_calibration
 from engines.trt_build import (
-    BatchFeeder,
     BuildRequest,
     ProfileShape,
     cache_key,
     ensure_engine,
-    make_calibrator,
     make_profile,
 )
+from engines.trt_calibration import BatchFeeder, make_calibrator
 from pipeline.errors import ConfigError, EngineError
 from pipeline.tensors import TensorSpec
 from tests.unit.engines.gpu_fakes import (
@@ -77,8 +76,8 @@ def test_engine_and_cache_file_names(tmp_path: Path) -> None:
     assert path == tmp_path / f"face_detection-fp16-{key[:20]}.engine"
     timing = trt_build.timing_cache_file(tmp_path, "10.3.0", "NVIDIA H100 80GB HBM3")
     assert timing.name == "timing-trt10.3.0-NVIDIA_H100_80GB_HBM3.cache"
-    a = trt_build.calibration_cache_file(tmp_path, b"model", "clip.mp4:1:256:8")
-    assert a != trt_build.calibration_cache_file(tmp_path, b"model", "other.mp4:1:256:8")
+    a = trt_calibration.calibration_cache_file(tmp_path, b"model", "clip.mp4:1:256:8")
+    assert a != trt_calibration.calibration_cache_file(tmp_path, b"model", "other.mp4:1:256:8")
     assert trt_build.cache_dir(None) == Path("~/.cache/framewire/engines").expanduser()
     assert trt_build.cache_dir(str(tmp_path)) == tmp_path
 
@@ -144,7 +143,7 @@ def _frames(count: int, shape: tuple[int, ...] = (1, 3, 2, 2)) -> list[np.ndarra
 
 def test_feeder_gives_exact_batches_and_drops_the_partial_one(caplog: pytest.LogCaptureFixture) -> None:
     feeder = BatchFeeder(_frames(10), batch_size=4, input_names=["x"])
-    with caplog.at_level(logging.INFO, logger="engines.trt_build"):
+    with caplog.at_level(logging.INFO, logger="engines.trt_calibration"):
         batches = [feeder.next_batch(), feeder.next_batch(), feeder.next_batch()]
     first, second, end = batches
     assert first is not None and second is not None and end is None
