@@ -2,6 +2,6 @@
 
 import sys
 
-from run_pipeline import main
+from framewire.cli import main
 
 sys.exit(main(["bench", *sys.argv[1:]]))

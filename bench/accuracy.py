@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from app.accuracy import Tolerance, TensorStats, task_summary, tensor_errors, verdict
-from app.commands import add_tolerance_args
+from framewire.app.accuracy import Tolerance, TensorStats, task_summary, tensor_errors, verdict
+from framewire.app.commands import add_tolerance_args
 from bench import harness
 
 ROOT = harness.ROOT
@@ -64,11 +64,11 @@ def add_arguments(
 
 def run(args: argparse.Namespace) -> int:
     from bench import variants as vmod
-    from engines.quantize import video_frames
-    from pipeline.config import load_config, resolve_inputs
-    from pipeline.errors import UsageError
-    from app.engine_inputs import task_inputs
-    from app.plan import build_task
+    from framewire.engines.quantize import video_frames
+    from framewire.config import load_config, resolve_inputs
+    from framewire.pipeline.errors import UsageError
+    from framewire.app.engine_inputs import task_inputs
+    from framewire.app.compose import build_task
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")

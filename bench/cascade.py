@@ -65,9 +65,9 @@ def _secondary_pass(
 ) -> tuple[float, int, list[dict[str, Any]]]:
     """The config's secondary stage alone over the frames, given the primary's detections: seconds
     in `process` (the engine opened before), inferences, and the records."""
-    from app.plan import _cascade
+    from framewire.app.compose import _cascade
     from bench.chain import SOURCE, _MemoryPool
-    from pipeline.frame import Frame, StageContext
+    from framewire.pipeline.frame import Frame, StageContext
 
     height, width = images[0].shape[:2]
     pool = _MemoryPool({"image": ((height, width, 3), "uint8")})
@@ -122,7 +122,7 @@ def batching(path: str, frames: int, overrides: list[str], repeats: int) -> dict
 
 def interval(path: str, frames: int, every: int, overrides: list[str]) -> dict[str, Any]:
     from bench.references import matched
-    from stages.detections import boxes
+    from framewire.stages.detections import boxes
 
     base = [*overrides, "secondary=[]"]
     images = frames_of(load(path, base).sources[0].uri, frames)

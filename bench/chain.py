@@ -43,10 +43,10 @@ class ChainRun:
 
 def run_chain(config: Any, frames: Sequence[np.ndarray]) -> ChainRun:
     """Every frame through the config's preprocess ... composite members, in order."""
-    from app.plan import _fused, slot_layout
-    from pipeline.frame import Frame, StageContext
-    from stages.cascade import CascadeStage
-    from stages.schedule import skipped
+    from framewire.app.compose import _fused, slot_layout
+    from framewire.pipeline.frame import Frame, StageContext
+    from framewire.stages.cascade import CascadeStage
+    from framewire.stages.schedule import skipped
 
     height, width = frames[0].shape[:2]
     info = {"width": width, "height": height}
@@ -75,14 +75,14 @@ def run_chain(config: Any, frames: Sequence[np.ndarray]) -> ChainRun:
 def load(path: str, overrides: Sequence[str] = ()) -> Any:
     """A config file with `--set` overrides, its input paths found from the checkout."""
     from bench.harness import ROOT
-    from pipeline.config import load_config, resolve_inputs
+    from framewire.config import load_config, resolve_inputs
 
     return resolve_inputs(load_config(path, overrides), [ROOT])
 
 
 def frames_of(path: str, count: int | None = None, start: int = 0) -> list[np.ndarray]:
     """Decoded BGR frames of a video, as the daemon's decoder gives them."""
-    from media.video_reader import VideoReader
+    from framewire.media.video_reader import VideoReader
 
     out: list[np.ndarray] = []
     with VideoReader("bench", path) as reader:

@@ -1,7 +1,7 @@
 """`run_pipeline.py bench <what>` (or `python -m bench <what>` from a checkout): each benchmark is a
 module with `add_arguments(parser, add_config_args)` and `run(args) -> int`.
 
-Not part of the installed package: `app.commands.bench` loads this from the checkout when asked."""
+Not part of the installed package: `framewire.app.commands.bench` loads this from the checkout when asked."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 def main(argv: Sequence[str]) -> int:
     """Parse `argv` (what follows `bench`) and run that benchmark; its exit code."""
-    from app.commands import add_config_args
+    from framewire.app.commands import add_config_args
 
     parser = argparse.ArgumentParser(prog="run_pipeline.py bench", description="benchmarks (JSON plus a table)")
     kinds = parser.add_subparsers(dest="bench", required=True)

@@ -86,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         return compare(args.compare[0], args.compare[1], args.json)
     from bench import variants as vmod
-    from pipeline.config import load_config, resolve_inputs
-    from pipeline.errors import UsageError
-    from app.plan import build_task
+    from framewire.config import load_config, resolve_inputs
+    from framewire.pipeline.errors import UsageError
+    from framewire.app.compose import build_task
 
     batches = _int_list(args.batches, "--batches")
     if args.frames < 1 or args.repeat < 1:
@@ -173,9 +173,9 @@ def measure(job: Mapping[str, Any]) -> dict[str, Any]:
     import psutil
 
     from bench import variants as vmod
-    from app.engine_inputs import task_feeds
-    from engines.quantize import video_frames
-    from app.plan import build_task
+    from framewire.app.engine_inputs import task_feeds
+    from framewire.engines.quantize import video_frames
+    from framewire.app.compose import build_task
 
     config, variant = job["config"], job["variant"]
     batches: list[int] = list(job["batches"])
@@ -257,7 +257,7 @@ def _time_batch(
 def _gpu_used_mib(device: int = 0) -> float | None:
     """Device memory in use (total - free), MiB; None without cuda-python or a GPU."""
     try:
-        from engines import cuda
+        from framewire.engines import cuda
 
         rt = cuda.runtime()
         cuda.set_device(device)
@@ -392,7 +392,7 @@ def chart(report: Mapping[str, Any], path: str) -> None:
 
 def compare(old_path: str, new_path: str, json_path: str | None = None) -> int:
     """Row by row (variant, batch): NEW / OLD of latency p50, throughput, start-up and peak RSS."""
-    from pipeline.errors import UsageError
+    from framewire.pipeline.errors import UsageError
 
     def load(path: str) -> dict[tuple[str, int], dict[str, Any]]:
         try:
@@ -455,7 +455,7 @@ def _ratio(new: float | None, old: float | None) -> float | None:
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    from pipeline.errors import UsageError
+    from framewire.pipeline.errors import UsageError
 
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})

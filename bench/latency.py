@@ -65,8 +65,8 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import load_config, resolve_inputs
-    from pipeline.errors import ConfigError
+    from framewire.config import load_config, resolve_inputs
+    from framewire.pipeline.errors import ConfigError
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     budget = config.sources[0].latency_budget_ms
@@ -133,7 +133,7 @@ def clip_facts(path: str) -> dict[str, Any]:
 def live_job(config: Any, uri: str, policy: str, folder: Path) -> Any:
     """The config's first source read from `uri` under `policy`, outputs redirected to `folder`."""
     from bench.pipeline import redirect_outputs
-    from pipeline.config import validate_config
+    from framewire.config import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     source = dict(raw["sources"][0])
@@ -167,10 +167,10 @@ def run_policy(
     With `port` (the RTSP server's), the bytes queued on the connection are sampled every second:
     what the server has sent and the daemon not yet read backs up there when decode is held up."""
     from bench.pipeline import _stop_fork_server, jsonl_paths
-    from pipeline.forkserver import start_early
-    from pipeline.supervisor import Supervisor
-    from app.plan import build_plan
-    from app.preload import PRELOAD
+    from framewire.pipeline.worker.forkserver import start_early
+    from framewire.pipeline.run.supervisor import Supervisor
+    from framewire.app.compose import build_plan
+    from framewire.app.preload import PRELOAD
 
     _stop_fork_server()  # each run starts its own, as `run_pipeline.py run` does
     done_times: list[float] = []

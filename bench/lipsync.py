@@ -49,7 +49,7 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.config import load_config, resolve_inputs
+    from framewire.config import load_config, resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     before = harness.machine()
@@ -144,7 +144,7 @@ def clip_audio(config: Any, folder: Path, seconds: float) -> str:
     """The first `seconds` of the config's audio (looped if shorter), as a WAV in `folder`."""
     import numpy as np
 
-    from media.audio import AudioDecoder
+    from framewire.media.audio import AudioDecoder
 
     source = config.sources[0]
     decoder = AudioDecoder(source.id, source.audio.uri, 16000)
@@ -170,7 +170,7 @@ def write_wav(path: Path, samples: Any) -> None:
 
 
 def daemon_job(config: Any, processes: int, audio: str, folder: Path, *, split: bool = False) -> Any:
-    from pipeline.config import validate_config
+    from framewire.config import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     first = raw["sources"][0]
@@ -230,15 +230,15 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
     preprocess, the generator, postprocess, paste, encode; in this one thread."""
     import numpy as np
 
-    from app.plan import build_composites, build_task
-    from app.audio_plan import build_steps
-    from engines.registry import OpenOptions, open_engine
-    from media.video_reader import VideoReader
-    from media.video_writer import VideoFileWriter
-    from pipeline.audioring import AudioRing, AudioRingLayout
-    from pipeline.config import validate_config
-    from pipeline.frame import Frame, StageContext
-    from stages.tasks.base import Result
+    from framewire.app.compose import build_composites, build_task
+    from framewire.app.audio_plan import build_steps
+    from framewire.engines.registry import OpenOptions, open_engine
+    from framewire.media.video_reader import VideoReader
+    from framewire.media.video_writer import VideoFileWriter
+    from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+    from framewire.config import validate_config
+    from framewire.pipeline.frame import Frame, StageContext
+    from framewire.stages.tasks.base import Result
 
     config = validate_config(config_raw, "bench loop")
     task, composites, steps = build_task(config), build_composites(config), build_steps(config)
@@ -299,7 +299,7 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
 
 
 def fill_ring(ring: Any, audio: str) -> float:
-    from media.audio import AudioDecoder
+    from framewire.media.audio import AudioDecoder
 
     decoder = AudioDecoder("loop", audio, ring.rate)
     decoder.open()

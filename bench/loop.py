@@ -54,17 +54,17 @@ class _Source:
 def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, Any]:
     import numpy as np
 
-    from engines.registry import open_engine
-    from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path, validate_config
-    from pipeline.frame import Frame
-    from pipeline.publish import Publisher
-    from media.video_reader import VideoReader
-    from pipeline.uris import local_path
-    from stages.outputs.jsonl import JsonlWriter
-    from stages.outputs.record import RECORD_VERSION, frame_record
-    from media.video_writer import VideoFileWriter
-    from app.plan import build_composites, build_task
-    from stages.tasks.base import Result
+    from framewire.engines.registry import open_engine
+    from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path, validate_config
+    from framewire.pipeline.frame import Frame
+    from framewire.pipeline.wire.publish import Publisher
+    from framewire.media.video_reader import VideoReader
+    from framewire.pipeline.uris import local_path
+    from framewire.stages.outputs.jsonl import JsonlWriter
+    from framewire.stages.outputs.record import RECORD_VERSION, frame_record
+    from framewire.media.video_writer import VideoFileWriter
+    from framewire.app.compose import build_composites, build_task
+    from framewire.stages.tasks.base import Result
 
     imported = time.time()
     config = validate_config(config_raw, "bench loop")

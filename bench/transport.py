@@ -1,7 +1,7 @@
 """`bench transport`: what one hop of a decoded frame costs, by the ways a frame can travel.
 
-- `pool`: the frame is written into a shared-memory frame-pool slot (`pipeline.framepool`) and the
-  slot reference goes over a DEALER -> ROUTER ipc:// hop in the wire format (`pipeline.messages`),
+- `pool`: the frame is written into a shared-memory frame-pool slot (`framewire.pipeline.wire.framepool`) and the
+  slot reference goes over a DEALER -> ROUTER ipc:// hop in the wire format (`framewire.pipeline.wire.messages`),
   as decode handed a frame to the hub before it converted straight into the slot; the receiver
   maps the slot (a numpy view, no copy).
 - `zmq`: the whole frame goes over the same hop as an inline tensor, sent with `copy=False`; the
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bench import harness
-from pipeline.frame import Stage
+from framewire.pipeline.frame import Stage
 
 SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
@@ -84,7 +84,7 @@ def parse_size(text: str) -> tuple[str, int, int]:
     try:
         width, height = (int(v) for v in key.split("x"))
     except ValueError:
-        from pipeline.errors import UsageError
+        from framewire.pipeline.errors import UsageError
 
         raise UsageError(f"--sizes: {text!r} is not 720p, 1080p, 4k or WIDTHxHEIGHT") from None
     return (f"{width}x{height}", width, height)
@@ -176,8 +176,8 @@ def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[s
     import numpy as np
     import zmq
 
-    from pipeline import messages as msg
-    from pipeline.framepool import FramePool, PoolLayout
+    from framewire.pipeline.wire import messages as msg
+    from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 
     folder = tempfile.mkdtemp(prefix="fw-transport-")
     endpoint = f"ipc://{folder}/hop.sock"
@@ -242,8 +242,8 @@ def _receiver_main(endpoint: str, mode: str, total: int, warmup: int, ready: Any
     """The receiving process: a ROUTER like the hub's; each frame becomes a numpy array here."""
     import zmq
 
-    from pipeline import messages as msg
-    from pipeline.framepool import PoolCache
+    from framewire.pipeline.wire import messages as msg
+    from framewire.pipeline.wire.framepool import PoolCache
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
@@ -364,8 +364,8 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
 
     import psutil
 
-    from pipeline.job import Plan, SourcePlan
-    from pipeline.supervisor import Supervisor
+    from framewire.pipeline.plan import Plan, SourcePlan
+    from framewire.pipeline.run.supervisor import Supervisor
 
     folder = tempfile.mkdtemp(prefix="fw-hub-")
     latencies_path = os.path.join(folder, "latencies.json")

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import UsageError
+from framewire.pipeline.errors import UsageError
 
 if TYPE_CHECKING:
-    from engines.base import Engine
-    from pipeline.config import Config, EngineConfig
-    from stages.tasks.base import Task
+    from framewire.engines.base import Engine
+    from framewire.config import Config, EngineConfig
+    from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def parse(text: str) -> list[Variant]:
 def available() -> list[Variant]:
     """Every variant this machine can run: the CPU ones always, GPU ones where a GPU and the
     backend are present."""
-    from engines.registry import detect_machine
+    from framewire.engines.registry import detect_machine
 
     machine = detect_machine()
     out = [REFERENCE, Variant("onnxruntime", "cpu", "int8")]
@@ -118,7 +118,7 @@ def engine_config(
     base: EngineConfig, variant: Variant, max_batch: int, calibration_video: str
 ) -> EngineConfig:
     """`base` set up for `variant` with an optimisation profile up to `max_batch`."""
-    from pipeline.config import EngineConfig
+    from framewire.config import EngineConfig
 
     data = base.model_dump()
     data.update(backend=variant.backend, max_batch=max_batch, min_batch=1, opt_batch=None)
@@ -149,9 +149,9 @@ def open_variant(
     config: Config, variant: Variant, model: str, max_batch: int, video: str, task: Task
 ) -> Engine:
     """An engine of `variant` as an infer worker would open it (batch rewrite when `max_batch > 1`)."""
-    from engines.registry import open_engine
-    from pipeline.config import SourceConfig
-    from app.plan import engine_axes, engine_options
+    from framewire.engines.registry import open_engine
+    from framewire.config import SourceConfig
+    from framewire.app.compose import engine_axes, engine_options
 
     engine = engine_config(config.engine, variant, max_batch, video)
     job = config.model_copy(update={"engine": engine, "sources": (SourceConfig(id="bench", uri=video),)})
@@ -169,8 +169,8 @@ def ensure_int8_model(
         return given, None
     from dataclasses import asdict
 
-    from app.engine_inputs import task_feeds
-    from engines.quantize import quantize_model, video_frames
+    from framewire.app.engine_inputs import task_feeds
+    from framewire.engines.quantize import quantize_model, video_frames
 
     folder = Path(workdir or tempfile.mkdtemp(prefix="framewire-bench-int8-"))
     output = folder / (Path(config.model.path).stem + "-int8.onnx")
@@ -190,7 +190,7 @@ def ensure_fp16_model(config: Config, task: Task, given: str | None) -> str:
         if not Path(given).is_file():
             raise UsageError(f"--fp16-model: file not found: {given}")
         return given
-    from engines.fp16 import convert_model_file
+    from framewire.engines.fp16 import convert_model_file
 
     output = Path(tempfile.mkdtemp(prefix="framewire-bench-fp16-")) / (Path(config.model.path).stem + "-fp16.onnx")
     convert_model_file(config.model.path, output, task.dynamic_axes())

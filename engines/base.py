@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.framepool import FramePool
-from pipeline.tensors import TensorSpec
+from framewire.pipeline.wire.framepool import FramePool
+from framewire.pipeline.wire.tensors import TensorSpec
 
 
 class Engine(ABC):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import EngineError
+from framewire.pipeline.errors import EngineError
 
 log = logging.getLogger(__name__)
 

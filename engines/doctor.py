@@ -13,7 +13,7 @@ or skipped (because an earlier check failed).
 
 The tiny model is `y = 2x + 1` and `s = sum(x)` per frame over a [N, 3, 8, 8] input (elementwise
 and reduction kernels, a dynamic batch, two outputs). The configured model's short benchmark is
-added by the command (`app.commands.doctor`), which knows the config.
+added by the command (`framewire.app.commands.doctor`), which knows the config.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from engines import cuda
-from pipeline.errors import EngineError, one_line
+from framewire.engines import cuda
+from framewire.pipeline.errors import EngineError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def _gpus(report: Report, device: int) -> None:
 
 
 def _tensorrt(report: Report, device: int) -> None:
-    from engines.trt_build import import_tensorrt, trt_major
+    from framewire.engines.trt_build import import_tensorrt, trt_major
 
     try:
         trt = import_tensorrt()
@@ -216,7 +216,7 @@ def _sample(batch: int = 2) -> np.ndarray:
 
 
 def _reference(model: Path) -> dict[str, np.ndarray]:
-    from engines.onnxruntime import OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     engine = OnnxRuntimeEngine(str(model), providers=("cpu",), threads=1)
     try:
@@ -240,7 +240,7 @@ def _compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], t
 def _ort_providers(report: Report, device: int, model: Path, workdir: Path) -> None:
     import onnxruntime as ort
 
-    from engines.onnxruntime import PROVIDERS, OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import PROVIDERS, OnnxRuntimeEngine
 
     available = set(ort.get_available_providers())
     reference = _reference(model)
@@ -298,8 +298,8 @@ def _tensorrt_engine(report: Report, device: int, model: Path, workdir: Path, pr
         needs = [n for n in ("gpus", "tensorrt") if not report.passed(n)]
         report.add(name, SKIPPED, f"needs {' and '.join(needs)} (see above)")
         return
-    from engines.tensorrt import TensorRTEngine
-    from engines.trt_build import BuildRequest, ensure_engine
+    from framewire.engines.tensorrt import TensorRTEngine
+    from framewire.engines.trt_build import BuildRequest, ensure_engine
 
     request = BuildRequest(
         str(model),

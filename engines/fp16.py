@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from pipeline.errors import EngineError
+from framewire.pipeline.errors import EngineError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def convert_model_file(
 
     import onnx
 
-    from engines.onnx_model import load_model_bytes
+    from framewire.engines.onnx_model import load_model_bytes
 
     axes = {name: tuple(a for a in values if a != 0) for name, values in (dynamic_axes or {}).items()}
     data = load_model_bytes(model_path, axes) if axes else Path(model_path).read_bytes()

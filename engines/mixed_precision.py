@@ -1,7 +1,7 @@
 """Mixed precision for Q/DQ models: the fewest weighted layers kept in fp32 that bring an INT8 model
 back within a tolerance.
 
-A Q/DQ model made by `engines.quantize` keeps the fp32 model's tensor and node names: each weighted
+A Q/DQ model made by `framewire.engines.quantize` keeps the fp32 model's tensor and node names: each weighted
 layer (Conv, ConvTranspose, MatMul, Gemm) reads its activation and its weight through
 DequantizeLinear. `keep_float` rewires named layers back to their fp32 inputs (the fp32 model's
 weights) and drops the Q/DQ nodes nothing reads any more, without calibrating again: TensorRT then
@@ -14,7 +14,7 @@ Which layers, by measurement (docs/gpu.md, "Accuracy of the GPU recipes"):
    energy, summed over outputs, averaged over frames). Measured on YuNet this ranks the damage where
    the opposite measure (all int8 but one layer) does not: errors of the other layers mask it.
 2. `fewest_float`: keep the most sensitive layers fp32, as few as the caller's check allows (the
-   task's own results against fp32, `app.mixed_precision`): 1, 2, 4, ... layers until one passes,
+   task's own results against fp32, `framewire.app.mixed_precision`): 1, 2, 4, ... layers until one passes,
    then bisection between the last failing and the passing count; then each of those layers, least
    sensitive first, goes back to int8 if the check still passes. The result always passed the
    check (with the `tensorrt` recipe, every layer in fp32 is the fp32 model, which passes any check).
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.errors import EngineError
+from framewire.pipeline.errors import EngineError
 
 if TYPE_CHECKING:
     import onnx

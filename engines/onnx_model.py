@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import Dim, TensorSpec
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import Dim, TensorSpec
 
 if TYPE_CHECKING:
     import onnx
@@ -27,7 +27,7 @@ def load_model_bytes(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...
 
     Stale `graph.value_info` is dropped, and output dims that no longer follow from the inputs become
     symbolic too, so that runtimes neither trust nor warn about the old fixed sizes. Axis 0 (the
-    batch) becomes symbolic only where `engines.batch_rewrite` proves the graph keeps frames apart;
+    batch) becomes symbolic only where `framewire.engines.batch_rewrite` proves the graph keeps frames apart;
     otherwise it stays fixed, and callers see that in the model's inputs.
     """
     model = _load(path)
@@ -102,7 +102,7 @@ def _make_dynamic(
             dims[axis].dim_param = f"{input_name}_{axis}"  # clears dim_value (a oneof)
     batch_inputs = [name for name, axes in dynamic_axes.items() if 0 in axes]
     if batch_inputs:
-        from engines.batch_rewrite import make_batch_dynamic
+        from framewire.engines.batch_rewrite import make_batch_dynamic
 
         rewrite = make_batch_dynamic(model, batch_inputs)
         if not rewrite.ok:

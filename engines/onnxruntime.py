@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from engines.base import Engine, ProfileShape
-from engines.onnx_model import load_model_bytes
-from pipeline.errors import ConfigError, EngineError
-from pipeline.tensors import Dim, TensorSpec
+from framewire.engines.base import Engine, ProfileShape
+from framewire.engines.onnx_model import load_model_bytes
+from framewire.pipeline.errors import ConfigError, EngineError
+from framewire.pipeline.wire.tensors import Dim, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ _BAD_MODEL_ERRORS = ("InvalidProtobuf", "InvalidGraph", "NoModel", "NoSuchFile")
 class OnnxRuntimeEngine(Engine):
     """One ONNX Runtime session on the first available provider of `providers`.
 
-    `dynamic_axes` rewrites fixed input dims as symbolic before loading (see `engines.onnx_model`).
+    `dynamic_axes` rewrites fixed input dims as symbolic before loading (see `framewire.engines.onnx_model`).
     `optimized_model_path`, when given, is where ORT writes the graph after its optimisations;
     `optimized_cache` keeps that graph in `cache_dir` and loads it on the next start instead.
     GPU providers run on GPU `device_id`; the TensorRT provider builds `precision` engines and caches

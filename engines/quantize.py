@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.errors import ConfigError, EngineError
+from framewire.pipeline.errors import ConfigError, EngineError
 
 if TYPE_CHECKING:
     import onnx
@@ -113,7 +113,7 @@ def _calibration_reader_base() -> type:
 class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
     """ONNX Runtime's `CalibrationDataReader` over an iterator of model feeds (`{input name: array}`).
 
-    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `app.engine_inputs.task_feeds(...)`.
+    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `framewire.app.engine_inputs.task_feeds(...)`.
     `count` says how many feeds were handed out; `limit` stops after that many.
     """
 
@@ -135,7 +135,7 @@ class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
 def video_frames(uri: str, count: int, *, stride: int | None = None) -> Iterator[np.ndarray]:
     """Up to `count` BGR frames of a video, every `stride`-th one (default: spread over the whole
     video when it says how long it is, else consecutive)."""
-    from media.video_reader import VideoReader
+    from framewire.media.video_reader import VideoReader
 
     if count < 1:
         return
@@ -180,7 +180,7 @@ def prepare_float_model(
     import onnx
     from onnx import version_converter
 
-    from engines.onnx_model import load_model_bytes
+    from framewire.engines.onnx_model import load_model_bytes
 
     axes = {name: tuple(a for a in values if a != 0) for name, values in (dynamic_axes or {}).items()}
     model = onnx.load_from_string(load_model_bytes(path, axes))
@@ -366,7 +366,7 @@ def quantization_info(path: str | Path) -> dict[str, Any] | None:
 
 
 def _check_loads(path: Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None) -> None:
-    from engines.onnxruntime import OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     try:
         OnnxRuntimeEngine(str(path), threads=1, dynamic_axes=dynamic_axes or None).close()

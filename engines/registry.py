@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engines.base import Engine
-from pipeline.config import Backend, EngineConfig
+from framewire.engines.base import Engine
+from framewire.config import Backend, EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def _onnxruntime(
     dynamic_axes: Mapping[str, tuple[int, ...]],
     options: OpenOptions = OpenOptions(),
 ) -> Engine:
-    from engines.onnxruntime import OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     several = config.processes_per_device > 1
     return OnnxRuntimeEngine(
@@ -62,7 +62,7 @@ def _gpu_mem_limit(config: EngineConfig, device: int) -> int | None:
         return config.gpu_mem_limit_mb << 20
     if config.processes_per_device < 2:
         return None
-    from engines import cuda
+    from framewire.engines import cuda
 
     memory = cuda.memory_info(device)
     if memory is None:
@@ -85,9 +85,9 @@ def _ort_trt_profile(
     """The optimisation profile ONNX Runtime's TensorRT provider builds its engine for: the same
     batches and source sizes as native TensorRT's; None (ORT's own run-time rebuilds) when the
     sources give no sizes."""
-    from engines.onnx_model import describe
-    from engines.trt_build import make_profile
-    from pipeline.errors import ConfigError
+    from framewire.engines.onnx_model import describe
+    from framewire.engines.trt_build import make_profile
+    from framewire.pipeline.errors import ConfigError
 
     inputs, _ = describe(model_path, dynamic_axes or None)
     try:
@@ -109,9 +109,9 @@ def _tensorrt(
     dynamic_axes: Mapping[str, tuple[int, ...]],
     options: OpenOptions = OpenOptions(),
 ) -> Engine:
-    from engines import cuda
-    from engines.tensorrt import TensorRTEngine
-    from engines.trt_build import ensure_engine, import_tensorrt
+    from framewire.engines import cuda
+    from framewire.engines.tensorrt import TensorRTEngine
+    from framewire.engines.trt_build import ensure_engine, import_tensorrt
 
     import_tensorrt()  # the clear errors first: no TensorRT, no GPU
     cuda.require_device(options.device)
@@ -126,7 +126,7 @@ def build_request(
     options: OpenOptions = OpenOptions(),
 ) -> Any:
     """The `trt_build.BuildRequest` of this config (also what `build-engine` builds)."""
-    from engines.trt_build import BuildRequest
+    from framewire.engines.trt_build import BuildRequest
 
     calibration = config.calibration
     identity = ""
@@ -180,9 +180,9 @@ class Machine:
 @functools.lru_cache(maxsize=1)
 def detect_machine() -> Machine:
     """Probe once per process; never raises (cuda-python raises without a driver: caught)."""
-    from engines import cuda
-    from engines.trt_build import import_tensorrt
-    from pipeline.errors import EngineError
+    from framewire.engines import cuda
+    from framewire.engines.trt_build import import_tensorrt
+    from framewire.pipeline.errors import EngineError
 
     try:
         version: str | None = str(import_tensorrt().__version__)
@@ -218,7 +218,7 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
     machine = machine or detect_machine()
     if config.backend is Backend.ONNXRUNTIME:
-        from engines.onnxruntime import PROVIDERS
+        from framewire.engines.onnxruntime import PROVIDERS
 
         gpu = machine.gpus > 0 and any(
             name != "cpu" and PROVIDERS.get(name) in machine.ort_providers for name in config.providers
@@ -263,8 +263,8 @@ def device_of(config: EngineConfig, worker: int) -> int:
 def preflight(config: EngineConfig) -> Choice:
     """Fail fast, in one line, where the configured backend cannot run here (no TensorRT, no GPU,
     a GPU id this machine lacks), before any worker starts."""
-    from engines import cuda
-    from engines.trt_build import import_tensorrt
+    from framewire.engines import cuda
+    from framewire.engines.trt_build import import_tensorrt
 
     choice = choose_backend(config)
     if choice.backend is Backend.TENSORRT:
@@ -272,7 +272,7 @@ def preflight(config: EngineConfig) -> Choice:
         for device in config.devices:
             cuda.require_device(device)
     elif config.backend is Backend.ONNXRUNTIME:
-        from engines.onnxruntime import check_providers
+        from framewire.engines.onnxruntime import check_providers
 
         check_providers(config.providers)
     return choice

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from engines import cuda
-from engines.base import Engine
-from engines.trt_build import construct, import_tensorrt, make_logger
-from pipeline.errors import EngineError
-from pipeline.framepool import FramePool
-from pipeline.tensors import Dim, TensorSpec
+from framewire.engines import cuda
+from framewire.engines.base import Engine
+from framewire.engines.trt_build import construct, import_tensorrt, make_logger
+from framewire.pipeline.errors import EngineError
+from framewire.pipeline.wire.framepool import FramePool
+from framewire.pipeline.wire.tensors import Dim, TensorSpec
 
 log = logging.getLogger(__name__)
 

@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from engines import cuda
-from engines.base import ProfileShape
-from engines.trt_calibration import (
+from framewire.engines import cuda
+from framewire.engines.base import ProfileShape
+from framewire.engines.trt_calibration import (
     Batches,
     BatchFeeder,
     calibration_cache_file,
     make_calibrator,
     write_atomically,
 )
-from pipeline.errors import ConfigError, EngineError
-from pipeline.tensors import TensorSpec
+from framewire.pipeline.errors import ConfigError, EngineError
+from framewire.pipeline.wire.tensors import TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class BuildRequest:
 
 def prepare(request: BuildRequest) -> tuple[bytes, tuple[ProfileShape, ...]]:
     """The model bytes TensorRT parses (dims made dynamic where the profile needs) and the profile."""
-    from engines.onnx_model import describe, load_model_bytes
+    from framewire.engines.onnx_model import describe, load_model_bytes
 
     if request.precision not in PRECISIONS:
         raise ConfigError(f"engine.precision: {request.precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -257,8 +257,8 @@ def build_serialized(
 
     TensorRT 10 sets the precision on the builder (FP16 / INT8 flags, an entropy calibrator for a
     model without Q/DQ nodes). TensorRT 11 builds strongly typed networks only, so the precision is
-    in the model itself: fp16 converts it (`engines.fp16`), int8 needs Q/DQ nodes, made here from the
-    calibration frames with the TensorRT recipe of `engines.quantize` when the model has none.
+    in the model itself: fp16 converts it (`framewire.engines.fp16`), int8 needs Q/DQ nodes, made here from the
+    calibration frames with the TensorRT recipe of `framewire.engines.quantize` when the model has none.
     """
     major = trt_major(trt)
     info = model_info(data)
@@ -408,7 +408,7 @@ def model_info(data: bytes) -> ModelInfo:
 def _strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, directory: Path) -> bytes:
     """The model TensorRT 11 builds for `request.precision`: precision lives in the model."""
     if request.precision == "fp16":
-        from engines.fp16 import convert_to_fp16
+        from framewire.engines.fp16 import convert_to_fp16
 
         return convert_to_fp16(data)
     if request.precision != "int8" or info.qdq:
@@ -430,7 +430,7 @@ def _quantize_for_tensorrt(request: BuildRequest, data: bytes, info: ModelInfo, 
     request's calibration frames, one frame per feed, cached in `target`."""
     import tempfile
 
-    from engines.quantize import QuantizeOptions, quantize_model
+    from framewire.engines.quantize import QuantizeOptions, quantize_model
 
     assert request.calibration is not None
     names = list(info.batch)

@@ -1,9 +1,9 @@
 """INT8 calibration data for TensorRT 10's entropy calibrator: frames re-chunked into the batches the
 calibrator takes, handed to TensorRT in device memory, and the calibration table's cache file.
 
-`engines.trt_build` decides the batch size (the model's own when it is fixed) and attaches the
+`framewire.engines.trt_build` decides the batch size (the model's own when it is fixed) and attaches the
 calibrator to the builder; TensorRT 11 has no calibrator and takes a Q/DQ model instead
-(`engines.quantize`).
+(`framewire.engines.quantize`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from engines import cuda
-from pipeline.errors import ConfigError, EngineError
+from framewire.engines import cuda
+from framewire.pipeline.errors import ConfigError, EngineError
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import zmq
 
-from pipeline import curve
-from pipeline.errors import FramewireError, UsageError
+from framewire.pipeline.wire import curve
+from framewire.pipeline.errors import FramewireError, UsageError
 
 log = logging.getLogger(__name__)
 

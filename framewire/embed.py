@@ -24,10 +24,10 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.commands import ROOT, input_roots
+from framewire.app.commands import ROOT, input_roots
 from framewire.client import Client, Message
-from pipeline.config import Config, load_raw, resolve_inputs, validate_config
-from pipeline.job import Report
+from framewire.config import Config, load_raw, resolve_inputs, validate_config
+from framewire.pipeline.plan import Report
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class Pipeline:
         log_level: int = logging.WARNING,
     ) -> None:
         """`images`: results carry the composited frame, decoded to a BGR array (`FrameRecord.image()`)."""
-        from app.preload import PRELOAD
-        from pipeline.forkserver import start_early
+        from framewire.app.preload import PRELOAD
+        from framewire.pipeline.worker.forkserver import start_early
 
         start_early(PRELOAD)  # the workers' imports run while the config is checked
         self._dir = tempfile.mkdtemp(prefix="framewire-embed-")
@@ -136,8 +136,8 @@ class Pipeline:
                     self._supervisor.request_stop()
 
     def _run(self) -> None:
-        from app.plan import build_plan
-        from pipeline.supervisor import Supervisor
+        from framewire.app.compose import build_plan
+        from framewire.pipeline.run.supervisor import Supervisor
 
         try:
             supervisor = Supervisor(build_plan(self.config, log_level=self.log_level))

@@ -8,8 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pipeline.audioring import AudioRing
-from pipeline.framepool import FramePool, PoolCache
+from framewire.pipeline.wire.audioring import AudioRing
+from framewire.pipeline.wire.framepool import FramePool, PoolCache
 
 
 @dataclass

@@ -20,7 +20,7 @@ from enum import IntEnum
 import lap
 import numpy as np
 
-from stages.detections import iou
+from framewire.stages.detections import iou
 
 _WEIGHT_POSITION = 1.0 / 20
 _WEIGHT_VELOCITY = 1.0 / 160

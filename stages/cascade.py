@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from engines.base import Engine
-from pipeline.errors import EngineError
-from pipeline.frame import Frame, Stage, StageContext
-from stages import detections
-from stages.tasks.objects import ObjectResult, ObjectTask
+from framewire.engines.base import Engine
+from framewire.pipeline.errors import EngineError
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.stages import detections
+from framewire.stages.tasks.objects import ObjectResult, ObjectTask
 
 log = logging.getLogger(__name__)
 

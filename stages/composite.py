@@ -19,11 +19,11 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, Stage
-from stages import detections
-from stages.tasks import validation_error
-from stages.tasks.base import Result
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, Stage
+from framewire.stages import detections
+from framewire.stages.tasks import validation_error
+from framewire.stages.tasks.base import Result
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ COMPOSITES: dict[str, type[Composite]] = {
     cls.kind: cls for cls in (Blur, Pixelate, Boxes, BackgroundReplace, BackgroundBlur)
 }
 """Composite kinds by name."""
-MORE_COMPOSITES = {"paste": "stages.paste:Paste", "speaking": "stages.paste:Speaking"}
+MORE_COMPOSITES = {"paste": "framewire.stages.paste:Paste", "speaking": "framewire.stages.paste:Speaking"}
 """Kinds defined in other modules (which import this one), loaded on first use."""
 
 

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pipeline.errors import FramewireError, one_line
-from pipeline.frame import Frame, Stage, StageContext
-from pipeline.framepool import FramePool
+from framewire.pipeline.errors import FramewireError, one_line
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.wire.framepool import FramePool
 
 
 class MemberFailed(FramewireError):

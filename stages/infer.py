@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from engines.base import Engine
-from pipeline.errors import EngineError
-from pipeline.frame import Frame, Stage, StageContext
-from pipeline.framepool import FramePool
-from stages.tasks.base import Task
+from framewire.engines.base import Engine
+from framewire.pipeline.errors import EngineError
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.wire.framepool import FramePool
+from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import cv2
 import numpy as np
 from pydantic import Field
 
-from pipeline.errors import ConfigError
-from stages import detections
-from stages.composite import BGR, Composite, CompositeParams
-from stages.tasks.base import Result
+from framewire.pipeline.errors import ConfigError
+from framewire.stages import detections
+from framewire.stages.composite import BGR, Composite, CompositeParams
+from framewire.stages.tasks.base import Result
 
 
 class PasteParams(CompositeParams):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.frame import Frame, Stage
-from stages.tasks.base import Task
+from framewire.pipeline.frame import Frame, Stage
+from framewire.stages.tasks.base import Task
 
 
 class Preprocess(Stage):

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.frame import Frame, Stage, StageContext
-from pipeline.framepool import FramePool
-from stages import detections
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.wire.framepool import FramePool
+from framewire.stages import detections
 
 DETECTOR = "detector"
 """The meta key that is False on a frame the primary model skipped."""

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipeline.frame import Frame, Stage
-from stages import detections
-from stages.bytetrack import ByteTracker, TrackerParams
-from stages.schedule import skipped
-from stages.tasks import validation_error
+from framewire.pipeline.frame import Frame, Stage
+from framewire.stages import detections
+from framewire.stages.bytetrack import ByteTracker, TrackerParams
+from framewire.stages.schedule import skipped
+from framewire.stages.tasks import validation_error
 
 log = logging.getLogger(__name__)
 

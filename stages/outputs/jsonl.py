@@ -9,7 +9,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from pipeline.errors import FramewireError
+from framewire.pipeline.errors import FramewireError
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.frame import Frame
-from pipeline.names import COMPOSITE, DECODE, MIDDLE
-from stages.detections import EMBEDDINGS
+from framewire.pipeline.frame import Frame
+from framewire.pipeline.names import COMPOSITE, DECODE, MIDDLE
+from framewire.stages.detections import EMBEDDINGS
 
 RECORD_VERSION = 2
 STAGE_ORDER = (DECODE, *MIDDLE)

@@ -11,17 +11,17 @@ from typing import Any
 import cv2
 import numpy as np
 
-from media.audio import RingTrack
-from media.segments import Recording, Retention, Segment
-from media.video_reader import StreamInfo
-from media.video_writer import VideoFileWriter
-from pipeline.audioring import RingCache, ring_of
-from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
-from pipeline.errors import FramewireError
-from pipeline.frame import Frame, Stage, StageContext
-from pipeline.publish import Publisher
-from stages.outputs.jsonl import JsonlWriter
-from stages.outputs.record import RECORD_VERSION, composited_image, embedding_arrays, frame_record
+from framewire.media.audio import RingTrack
+from framewire.media.segments import Recording, Retention, Segment
+from framewire.media.video_reader import StreamInfo
+from framewire.media.video_writer import VideoFileWriter
+from framewire.pipeline.wire.audioring import RingCache, ring_of
+from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
+from framewire.pipeline.errors import FramewireError
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.wire.publish import Publisher
+from framewire.stages.outputs.jsonl import JsonlWriter
+from framewire.stages.outputs.record import RECORD_VERSION, composited_image, embedding_arrays, frame_record
 
 log = logging.getLogger(__name__)
 

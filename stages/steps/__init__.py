@@ -16,15 +16,15 @@ import importlib
 
 from pydantic import ValidationError
 
-from pipeline.config import EngineConfig, StepConfig
-from pipeline.errors import ConfigError
-from stages.steps.base import Step
-from stages.tasks import validation_error
+from framewire.config import EngineConfig, StepConfig
+from framewire.pipeline.errors import ConfigError
+from framewire.stages.steps.base import Step
+from framewire.stages.tasks import validation_error
 
 STEPS: dict[str, str] = {
-    "audio_features": "stages.steps.audio_features:AudioFeatures",
-    "vad": "stages.steps.vad:Vad",
-    "region": "stages.steps.region:Region",
+    "audio_features": "framewire.stages.steps.audio_features:AudioFeatures",
+    "vad": "framewire.stages.steps.vad:Vad",
+    "region": "framewire.stages.steps.region:Region",
 }
 """Step kinds and the class each one loads."""
 

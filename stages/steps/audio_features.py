@@ -16,14 +16,14 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from engines.base import Engine
-from engines.registry import OpenOptions, open_engine
-from media.audio import LogMel, MelSettings
-from pipeline.config import EngineConfig
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, StageContext
-from pipeline.tensors import TensorSpec
-from stages.steps.base import AudioStep, StepParams, model_file
+from framewire.engines.base import Engine
+from framewire.engines.registry import OpenOptions, open_engine
+from framewire.media.audio import LogMel, MelSettings
+from framewire.config import EngineConfig
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.steps.base import AudioStep, StepParams, model_file
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class AudioFeatures(AudioStep):
     def tensor(self) -> tuple[int, ...]:
         shape = self.features_shape()
         if self.params.model:
-            from engines.onnx_model import describe
+            from framewire.engines.onnx_model import describe
 
             inputs, outputs = describe(model_file(self.params.model))
             shape = tuple(d if isinstance(d, int) else -1 for d in self._output_spec(outputs).shape)[1:]
@@ -106,7 +106,7 @@ class AudioFeatures(AudioStep):
 
     def check(self, where: str) -> None:
         if self.params.model:
-            from engines.onnx_model import describe
+            from framewire.engines.onnx_model import describe
 
             try:
                 inputs, outputs = describe(model_file(self.params.model))
@@ -125,7 +125,7 @@ class AudioFeatures(AudioStep):
     def _raw_tensor(self) -> tuple[int, ...]:
         if not self.params.model:
             return self.features_shape()
-        from engines.onnx_model import describe
+        from framewire.engines.onnx_model import describe
 
         _, outputs = describe(model_file(self.params.model))
         return tuple(d if isinstance(d, int) else -1 for d in self._output_spec(outputs).shape)[1:]

@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.audioring import AudioRing, RingCache, ring_of
-from pipeline.config import EngineConfig
-from pipeline.errors import FramewireError
-from pipeline.frame import Frame, Stage
+from framewire.pipeline.wire.audioring import AudioRing, RingCache, ring_of
+from framewire.config import EngineConfig
+from framewire.pipeline.errors import FramewireError
+from framewire.pipeline.frame import Frame, Stage
 
 ROOT = Path(__file__).resolve().parents[2]
 

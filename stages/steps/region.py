@@ -17,14 +17,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from engines.base import Engine
-from engines.registry import OpenOptions, open_engine
-from pipeline.config import EngineConfig
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, StageContext
-from stages import detections
-from stages.steps.base import Step, StepParams, model_file
-from stages.tasks.face_detection import FaceDetection, FaceDetectionParams
+from framewire.engines.base import Engine
+from framewire.engines.registry import OpenOptions, open_engine
+from framewire.config import EngineConfig
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.stages import detections
+from framewire.stages.steps.base import Step, StepParams, model_file
+from framewire.stages.tasks.face_detection import FaceDetection, FaceDetectionParams
 
 
 class RegionParams(StepParams):
@@ -83,7 +83,7 @@ class Region(Step):
     def check(self, where: str) -> None:
         if self.detector is None:
             return
-        from engines.onnx_model import describe
+        from framewire.engines.onnx_model import describe
 
         try:
             inputs, outputs = describe(model_file(self.params.model), self.detector.dynamic_axes())

@@ -23,13 +23,13 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from engines.base import Engine
-from engines.registry import OpenOptions, open_engine
-from pipeline.audioring import AudioRing
-from pipeline.config import Backend, EngineConfig
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, StageContext
-from stages.steps.base import AudioStep, StepParams, model_file
+from framewire.engines.base import Engine
+from framewire.engines.registry import OpenOptions, open_engine
+from framewire.pipeline.wire.audioring import AudioRing
+from framewire.config import Backend, EngineConfig
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.stages.steps.base import AudioStep, StepParams, model_file
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class Vad(AudioStep):
             raise ConfigError(
                 f"{where}: Silero VAD takes 16000 or 8000 Hz audio; the sources' audio.sample_rate is {self.rate}"
             )
-        from engines.onnx_model import describe
+        from framewire.engines.onnx_model import describe
 
         try:
             inputs, _ = describe(model_file(self.params.model))

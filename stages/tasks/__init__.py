@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.config import describe_validation_error
-from pipeline.errors import ConfigError
-from stages.tasks.base import Result, Task, TaskParams
-from stages.tasks.objects import ObjectTask
+from framewire.config import describe_validation_error
+from framewire.pipeline.errors import ConfigError
+from framewire.stages.tasks.base import Result, Task, TaskParams
+from framewire.stages.tasks.objects import ObjectTask
 
 __all__ = [
     "BUILTIN_TASKS",
@@ -33,13 +33,13 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BUILTIN_TASKS: dict[str, str] = {
-    "face_detection": "stages.tasks.face_detection:FaceDetection",
-    "matting": "stages.tasks.matting:Matting",
-    "detection": "stages.tasks.detection:Detection",
-    "classification": "stages.tasks.classification:Classification",
-    "text_detection": "stages.tasks.text_detection:TextDetection",
-    "text_recognition": "stages.tasks.text_recognition:TextRecognition",
-    "generator": "stages.tasks.generator:Generator",
+    "face_detection": "framewire.stages.tasks.face_detection:FaceDetection",
+    "matting": "framewire.stages.tasks.matting:Matting",
+    "detection": "framewire.stages.tasks.detection:Detection",
+    "classification": "framewire.stages.tasks.classification:Classification",
+    "text_detection": "framewire.stages.tasks.text_detection:TextDetection",
+    "text_recognition": "framewire.stages.tasks.text_recognition:TextRecognition",
+    "generator": "framewire.stages.tasks.generator:Generator",
 }
 """Built-in task names and the class each one loads (a Task for `model:`, an ObjectTask for
 `secondary:`; classification is both)."""
@@ -78,7 +78,7 @@ def resolve_object_task(task_name: str, params: Mapping[str, Any], key: str) -> 
     try:
         validated = cls.Params.model_validate(dict(params))
     except ValidationError as exc:
-        from pipeline.config import SecondaryConfig
+        from framewire.config import SecondaryConfig
 
         raise validation_error(exc, key, cls.Params, tuple(SecondaryConfig.model_fields)) from None
     task = cls(validated)

@@ -1,6 +1,6 @@
 """What a task (a model family) provides: preprocessing, output decoding and its parameters.
 
-A task is chosen by name in `model.task`; the built-in ones are registered in `stages.tasks`, and a
+A task is chosen by name in `model.task`; the built-in ones are registered in `framewire.stages.tasks`, and a
 user's own task is named as an entry point `package.module:Class`.
 """
 
@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.frame import Frame
-from pipeline.tensors import TensorSpec
+from framewire.pipeline.frame import Frame
+from framewire.pipeline.wire.tensors import TensorSpec
 
 
 class TaskParams(BaseModel):

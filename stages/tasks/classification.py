@@ -14,13 +14,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, FilePath
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks.base import ModelInfo, Result, Task, TaskParams
-from stages.tasks.imaging import ImageInput, ImageParams
-from stages.tasks.labels import label_of, read_labels
-from stages.tasks.objects import CropBatch, ObjectResult, ObjectTask
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks.base import ModelInfo, Result, Task, TaskParams
+from framewire.stages.tasks.imaging import ImageInput, ImageParams
+from framewire.stages.tasks.labels import label_of, read_labels
+from framewire.stages.tasks.objects import CropBatch, ObjectResult, ObjectTask
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The output format comes from the model's output shapes and metadata (stages.tasks.detection_formats)
 or from `format:`; preprocessing from the keys of `ImageParams`; labels from a file, a list or the
-model's metadata. Boxes come back in frame pixels as `stages.detections` records.
+model's metadata. Boxes come back in frame pixels as `framewire.stages.detections` records.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, FilePath, field_validator
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks.base import ModelInfo, Result, Task, TaskParams
-from stages.tasks.detection_formats import FORMATS, Layout, decode, find_layout
-from stages.tasks.imaging import ImageInput, ImageParams
-from stages.tasks.labels import class_filter, label_of, read_labels
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks.base import ModelInfo, Result, Task, TaskParams
+from framewire.stages.tasks.detection_formats import FORMATS, Layout, decode, find_layout
+from framewire.stages.tasks.imaging import ImageInput, ImageParams
+from framewire.stages.tasks.labels import class_filter, label_of, read_labels
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import Dim, TensorSpec
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import Dim, TensorSpec
 
 FORMATS = ("yolov5", "yolov8", "yolox", "end2end", "separate")
 ROLES = ("boxes", "scores", "labels", "count")

@@ -16,10 +16,10 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks.base import Result, Task, TaskParams
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks.base import Result, Task, TaskParams
 
 log = logging.getLogger(__name__)
 

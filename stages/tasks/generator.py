@@ -36,10 +36,10 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FilePath, field_validator, model_validator
 
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame
-from pipeline.tensors import TensorSpec
-from stages.tasks.base import Result, Task, TaskParams
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks.base import Result, Task, TaskParams
 
 IMAGE_FILLS = ("crop", "masked_crop", "reference")
 FILLS = (*IMAGE_FILLS, "audio", "constant")

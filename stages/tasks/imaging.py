@@ -17,9 +17,9 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages.tasks.base import ModelInfo, TaskParams
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks.base import ModelInfo, TaskParams
 
 Float3 = tuple[float, float, float]
 

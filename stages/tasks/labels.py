@@ -6,7 +6,7 @@ import ast
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from framewire.pipeline.errors import ConfigError
 
 LabelSource = Path | tuple[str, ...] | None
 """`labels:` as configured: a file, an inline list, or nothing (then the model's metadata)."""

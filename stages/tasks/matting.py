@@ -14,9 +14,9 @@ import cv2
 import numpy as np
 from pydantic import Field
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages.tasks.base import Result, Task, TaskParams
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks.base import Result, Task, TaskParams
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks.base import ModelInfo, TaskParams
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks.base import ModelInfo, TaskParams
 
 
 @dataclass

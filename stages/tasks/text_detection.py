@@ -19,10 +19,10 @@ import numpy as np
 import pyclipper
 from pydantic import Field
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks.base import ModelInfo, Result, Task, TaskParams
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks.base import ModelInfo, Result, Task, TaskParams
 
 LABEL = "text"
 _MEAN, _STD = 0.5, 0.5

@@ -20,10 +20,10 @@ import cv2
 import numpy as np
 from pydantic import Field, FilePath
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages.tasks.base import ModelInfo, TaskParams
-from stages.tasks.objects import CropBatch, ObjectResult, ObjectTask, axis_crop, quad_crop
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks.base import ModelInfo, TaskParams
+from framewire.stages.tasks.objects import CropBatch, ObjectResult, ObjectTask, axis_crop, quad_crop
 
 
 class TextRecognitionParams(TaskParams):

@@ -32,7 +32,7 @@ def _error(call: Any) -> dict[str, str] | None:
 def tensorrt_conventions(trt: Any) -> dict[str, Any]:
     import numpy as np
 
-    from engines import trt_build, trt_calibration
+    from framewire.engines import trt_build, trt_calibration
 
     found: dict[str, Any] = {
         "runtime_without_cuda": _error(lambda: trt.Runtime(trt.Logger())),
@@ -59,7 +59,7 @@ def tensorrt_conventions(trt: Any) -> dict[str, Any]:
 
 
 def cuda_conventions(rt: Any) -> dict[str, Any]:
-    from engines import cuda
+    from framewire.engines import cuda
 
     def shape(result: Any) -> list[Any]:
         items = result if isinstance(result, tuple) else (result,)

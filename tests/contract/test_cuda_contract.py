@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engines import cuda as fw_cuda
+from framewire.engines import cuda as fw_cuda
 from tests.contract import versions
 from tests.contract.install import ensure_package, probe
 from tests.contract.surface import describe, fake_cuda_paths, mismatches

@@ -21,7 +21,7 @@ VIDEOS = ROOT / "assets" / "videos"
 
 
 def _default_threshold() -> float:
-    from pipeline.config import load_config
+    from framewire.config import load_config
 
     return float(load_config(ROOT / "configs" / "default.yaml").model.params.get("score_threshold", 0.9))
 
@@ -82,7 +82,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def decoded_frames(path: Path) -> list[np.ndarray]:
     """The frames exactly as framewire's decoder gives them to the pipeline."""
-    from media.video_reader import VideoReader
+    from framewire.media.video_reader import VideoReader
 
     with VideoReader("ref", str(path)) as reader:
         reader.open()

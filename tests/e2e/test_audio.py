@@ -21,7 +21,7 @@ import pytest
 import zmq
 
 from bench.lipsync_models import generator
-from media.video_reader import VideoReader
+from framewire.media.video_reader import VideoReader
 from tests.e2e.helpers import ROOT, VIDEOS, error_lines, read_jsonl, run_cli
 from tests.support.audio import (
     RATE,
@@ -206,7 +206,7 @@ def test_voice_activity_agrees_with_the_silero_vad_package(tmp_path: Path) -> No
     done = run_cli("run", "-c", str(ROOT / "configs" / "speaking.yaml"), "--no-progress", "--set", outputs(tmp_path, "speaker"))
     assert done.returncode == 0, done.stderr[-2000:]
     records = read_jsonl(tmp_path / "speaker.jsonl")
-    from media.audio import AudioDecoder
+    from framewire.media.audio import AudioDecoder
 
     decoder = AudioDecoder("ref", str(ROOT / "assets" / "audio" / "speech.flac"), RATE)
     decoder.open()

@@ -13,7 +13,7 @@ import pytest
 import zmq.auth
 
 from framewire.client import Client, EndOfStream, FrameRecord, ProtocolError, SegmentClosed, parse
-from pipeline.publish import Publisher
+from framewire.pipeline.wire.publish import Publisher
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,8 +16,8 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.job import HttpSettings, Plan, Report, SourcePlan
-from pipeline.supervisor import Supervisor
+from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
+from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(180)

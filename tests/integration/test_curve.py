@@ -12,10 +12,10 @@ import pytest
 import zmq
 import zmq.auth
 
-from pipeline.config import SourceConfig
-from pipeline.errors import FramewireError, SourceError
-from pipeline.publish import Publisher
-from sources.zmq_wire import PushedFrame, ZmqReceiver
+from framewire.config import SourceConfig
+from framewire.pipeline.errors import FramewireError, SourceError
+from framewire.pipeline.wire.publish import Publisher
+from framewire.sources.zmq_wire import PushedFrame, ZmqReceiver
 
 pytestmark = pytest.mark.timeout(60)
 

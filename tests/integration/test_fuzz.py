@@ -16,8 +16,8 @@ import msgpack
 import pytest
 import zmq
 
-from pipeline.job import Plan, Report, SourcePlan
-from pipeline.supervisor import Supervisor
+from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,7 +115,7 @@ def remote_garbage(rng: random.Random) -> list[bytes]:
 
 
 def test_fuzzed_messages_on_the_remote_listener_never_stop_the_job(tmp_path: Path) -> None:
-    from pipeline.remote import RemoteSettings
+    from framewire.pipeline.wire.remote import RemoteSettings
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

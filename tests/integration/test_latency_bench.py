@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import run_pipeline
+from framewire import cli
 from tests.support.clips import make_clip
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,7 +38,7 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
         encoding="utf-8",
     )
     out = tmp_path / "latency.json"
-    code = run_pipeline.main([
+    code = cli.main([
         "bench", "latency", "-c", str(config), "--clip", str(clip), "--seconds", "2",
         "--policy", "drop_oldest", "block", "--json", str(out), "--keep", str(tmp_path / "runs"),
     ])  # fmt: skip

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import zmq
 
-from app.plan import source_plan
-from pipeline.config import SourceConfig
-from pipeline.job import Plan, Report, SourceOptions, SourcePlan
-from pipeline.supervisor import Supervisor
+from framewire.app.compose import source_plan
+from framewire.config import SourceConfig
+from framewire.pipeline.plan import Plan, Report, SourceOptions, SourcePlan
+from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes, live_fakes
 from tests.support.clips import make_clip
 from tests.support.live_fakes import records

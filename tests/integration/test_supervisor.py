@@ -13,8 +13,8 @@ from typing import Any
 import psutil
 import pytest
 
-from pipeline.job import Plan, Report, SourcePlan
-from pipeline.supervisor import Supervisor
+from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
 pytestmark = pytest.mark.timeout(120)

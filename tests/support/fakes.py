@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.frame import Frame, Stage, StageContext
 
 
 class SyntheticSource:
@@ -116,7 +116,7 @@ class FailingStart(Stage):
     """A stage whose start-up fails, like an engine that cannot load its model."""
 
     def start(self, ctx: StageContext) -> None:
-        from pipeline.errors import EngineError
+        from framewire.pipeline.errors import EngineError
 
         raise EngineError("model.path: fake engine cannot load broken.onnx")
 
@@ -203,8 +203,8 @@ def batching(name: str, max_batch: int, max_delay_ms: float = 5.0) -> BatchingPa
 
 def make_source_plan(raw: dict[str, Any]) -> Any:
     """The control API's source factory for fake jobs: {"id": ..., "frames": n, "delay_s": x}."""
-    from pipeline.errors import ConfigError
-    from pipeline.job import SourcePlan
+    from framewire.pipeline.errors import ConfigError
+    from framewire.pipeline.plan import SourcePlan
 
     if "id" not in raw or not isinstance(raw.get("frames", 1), int):
         raise ConfigError("source: needs an id and an integer frames")

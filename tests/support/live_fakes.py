@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.frame import Frame, Stage, StageContext
 from tests.support.fakes import Passthrough
 
 

@@ -100,7 +100,7 @@ AUDIO_PACKET = 320
 
 def read_audio(path: str) -> bytes:
     """A file's sound as 16 kHz mono big-endian 16-bit PCM (L16)."""
-    from media.audio import AudioDecoder
+    from framewire.media.audio import AudioDecoder
 
     decoder = AudioDecoder("rtsp-server", path, AUDIO_RATE)
     decoder.open()

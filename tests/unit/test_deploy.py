@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import control
-from pipeline.config import TransportConfig, load_config
+from framewire.pipeline.ops import control
+from framewire.config import TransportConfig, load_config
 
 pytestmark = pytest.mark.timeout(60)
 

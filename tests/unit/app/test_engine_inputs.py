@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine_inputs import calibration_batches, source_input_shapes
-from app.plan import engine_options
-from pipeline.config import SourceConfig, load_config
-from stages.tasks import resolve_task
+from framewire.app.engine_inputs import calibration_batches, source_input_shapes
+from framewire.app.compose import engine_options
+from framewire.config import SourceConfig, load_config
+from framewire.stages.tasks import resolve_task
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,7 +31,7 @@ def test_calibration_batches_are_preprocessed_frames() -> None:
     assert len(batches) == 5
     assert all(b.shape == (1, 3, 160, 192) and b.dtype == np.float32 for b in batches)
     expected = np.empty((1, 3, 160, 192), np.float32)
-    from media.video_reader import VideoReader
+    from framewire.media.video_reader import VideoReader
 
     with VideoReader("x", CARPHONE) as reader:
         task.preprocess(next(iter(reader.frames())).image, expected)

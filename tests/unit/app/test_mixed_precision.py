@@ -1,4 +1,4 @@
-"""app.mixed_precision's check: the task's own results against fp32, or the raw outputs for a task
+"""framewire.app.mixed_precision's check: the task's own results against fp32, or the raw outputs for a task
 whose results hold neither boxes nor a matte."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import onnx
 import pytest
 
-from app.accuracy import Tolerance
-from app.mixed_precision import CheckFrame, Judge, describe
-from engines import mixed_precision as mp
-from engines.quantize import QuantizeOptions, quantize_model
-from stages.tasks.base import Result
+from framewire.app.accuracy import Tolerance
+from framewire.app.mixed_precision import CheckFrame, Judge, describe
+from framewire.engines import mixed_precision as mp
+from framewire.engines.quantize import QuantizeOptions, quantize_model
+from framewire.stages.tasks.base import Result
 from tests.unit.engines.test_mixed_precision import _feed, _two_branches
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import helper
 
-from app.plan import build_plan, check
-from pipeline.config import validate_config
-from pipeline.errors import ConfigError
+from framewire.app.compose import build_plan, check
+from framewire.config import validate_config
+from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import run_pipeline
-from app.accuracy import FaceAgreement, Tolerance, iou, match_faces, task_summary, tensor_errors, verdict
-from stages.tasks.base import Result
+from framewire import cli
+from framewire.app.accuracy import FaceAgreement, Tolerance, iou, match_faces, task_summary, tensor_errors, verdict
+from framewire.stages.tasks.base import Result
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,7 +82,7 @@ def test_bench_accuracy_end_to_end(
     tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "accuracy.json"
-    code = run_pipeline.main(
+    code = cli.main(
         ["bench", "accuracy", "-c", str(tiny_job), "--frames", "3", "--calib-frames", "3",
          "--variants", "onnxruntime:cpu:fp32,onnxruntime:cpu:int8", "--json", str(out)]
     )  # fmt: skip
@@ -103,7 +103,7 @@ def test_bench_accuracy_end_to_end(
 def test_bench_accuracy_fails_below_the_tolerance(
     tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = run_pipeline.main(
+    code = cli.main(
         ["bench", "accuracy", "-c", str(tiny_job), "--frames", "2", "--calib-frames", "2",
          "--variants", "onnxruntime:cpu:int8", "--min-agreement", "1.01", "--json", str(tmp_path / "a.json")]
     )  # fmt: skip
@@ -114,7 +114,7 @@ def test_bench_accuracy_fails_below_the_tolerance(
 
 def test_bench_accuracy_checks_an_fp16_model_on_the_cpu(tiny_job: Path, tmp_path: Path) -> None:
     out = tmp_path / "fp16.json"
-    code = run_pipeline.main(
+    code = cli.main(
         ["bench", "accuracy", "-c", str(tiny_job), "--frames", "3",
          "--variants", "onnxruntime:cpu:fp16", "--json", str(out)]
     )  # fmt: skip

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import run_pipeline
+from framewire import cli
 from bench.variants import REFERENCE, Variant, available, engine_config, parse
-from pipeline.config import EngineConfig
-from pipeline.errors import UsageError
+from framewire.config import EngineConfig
+from framewire.pipeline.errors import UsageError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,7 +44,7 @@ def test_engine_config_of_a_variant() -> None:
 
 def test_bench_engine_end_to_end(tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, png = tmp_path / "engine.json", tmp_path / "engine.png"
-    code = run_pipeline.main(
+    code = cli.main(
         ["bench", "engine", "-c", str(tiny_job), "--variants", "onnxruntime:cpu:fp32,onnxruntime:cpu:int8",
          "--frames", "2", "--batches", "1,2", "--warmup", "1", "--seconds", "0.05", "--min-iterations", "3",
          "--calib-frames", "2", "--json", str(out), "--chart", str(png)]
@@ -84,7 +84,7 @@ def test_compare_prints_new_over_old(tmp_path: Path, capsys: pytest.CaptureFixtu
     old, new, out = tmp_path / "old.json", tmp_path / "new.json", tmp_path / "cmp.json"
     old.write_text(json.dumps(_result(10.0, 100.0)))
     new.write_text(json.dumps(_result(5.0, 200.0)))
-    assert run_pipeline.main(["bench", "engine", "--compare", str(old), str(new), "--json", str(out)]) == 0
+    assert cli.main(["bench", "engine", "--compare", str(old), str(new), "--json", str(out)]) == 0
     assert "p50 new/old" in capsys.readouterr().out
     (row,) = json.loads(out.read_text())["rows"]
     assert row["new_over_old"]["latency_p50"] == 0.5 and row["new_over_old"]["throughput"] == 2.0
@@ -93,4 +93,4 @@ def test_compare_prints_new_over_old(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_compare_refuses_a_file_of_another_benchmark(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmark": "pipeline"}))
-    assert run_pipeline.main(["bench", "engine", "--compare", str(other), str(other)]) == 2
+    assert cli.main(["bench", "engine", "--compare", str(other), str(other)]) == 2

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench import latency
-from pipeline.config import Policy, load_config
+from framewire.config import Policy, load_config
 
 pytestmark = pytest.mark.timeout(30)
 

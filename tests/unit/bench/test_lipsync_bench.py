@@ -21,7 +21,7 @@ def test_the_shipped_test_models_are_what_the_builder_makes() -> None:
 
 
 def test_the_loop_runs_the_lipsync_job_and_times_its_steps(tmp_path: Path) -> None:
-    from pipeline.config import load_config, resolve_inputs
+    from framewire.config import load_config, resolve_inputs
 
     config = resolve_inputs(load_config(ROOT / "configs" / "lipsync.yaml"), [ROOT])
     audio = tmp_path / "a.wav"

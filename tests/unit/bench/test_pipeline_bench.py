@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import run_pipeline
+from framewire import cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,7 +34,7 @@ def test_bench_pipeline_writes_json_and_matching_outputs(
     tiny_job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "pipeline.json"
-    code = run_pipeline.main(["bench", "pipeline", "-c", str(tiny_job), "--repeat", "1", "--json", str(out)])
+    code = cli.main(["bench", "pipeline", "-c", str(tiny_job), "--repeat", "1", "--json", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
     assert result["benchmark"] == "pipeline"
@@ -57,7 +57,7 @@ def test_bench_pipeline_writes_json_and_matching_outputs(
 
 def test_loop_threads_default_to_the_daemons_total() -> None:
     from bench.pipeline import default_loop_threads
-    from pipeline.config import load_config
+    from framewire.config import load_config
 
     config = load_config("x", ["engine.threads=3", "engine.processes_per_device=2"], text=_MINIMAL)
     assert default_loop_threads(config) == 6
@@ -67,7 +67,7 @@ def test_loop_threads_default_to_the_daemons_total() -> None:
 
 def test_redirect_outputs_adds_jsonl_and_moves_files(tmp_path: Path) -> None:
     from bench.pipeline import redirect_outputs
-    from pipeline.config import JsonlOutput, VideoFileOutput, ZmqOutput, load_config
+    from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, load_config
 
     config = load_config("x", [], text=_MINIMAL)
     job = redirect_outputs(config, tmp_path)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-import run_pipeline
+from framewire import cli
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_bench_scaling_tiny_grid(tiny_job: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "scaling.json", tmp_path / "scaling.png"
-    code = run_pipeline.main(
+    code = cli.main(
         [
             "bench", "scaling", "-c", str(tiny_job), "--infer", "1", "--sources", "1", "2", "--frames", "6",
             "--json", str(out), "--png", str(png),
@@ -35,7 +35,7 @@ def test_bench_scaling_tiny_grid(tiny_job: Path, tmp_path: Path) -> None:
 
 def test_with_shape_copies_the_first_source() -> None:
     from bench.scaling import with_shape
-    from pipeline.config import load_config
+    from framewire.config import load_config
 
     config = load_config(
         "x",

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-import run_pipeline
+from framewire import cli
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_bench_transport_small_frames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "transport.json"
-    code = run_pipeline.main(
+    code = cli.main(
         ["bench", "transport", "--sizes", "64x48", "--frames", "10", "--warmup", "2", "--repeat", "1"]
         + ["--json", str(out)]
     )
@@ -35,7 +35,7 @@ def test_bench_transport_small_frames(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_bad_size_is_a_usage_error() -> None:
-    assert run_pipeline.main(["bench", "transport", "--sizes", "big"]) == 2
+    assert cli.main(["bench", "transport", "--sizes", "big"]) == 2
 
 
 def test_named_sizes() -> None:

@@ -916,7 +916,7 @@ class FakeTensorRT(ModuleType):
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCudaRuntime]:
     """cuda-python with one fake GPU, as `cuda.bindings.runtime`."""
-    from engines.registry import detect_machine
+    from framewire.engines.registry import detect_machine
 
     runtime = FakeCudaRuntime()
     install_cuda(monkeypatch, runtime)
@@ -941,7 +941,7 @@ def fake_trt11(monkeypatch: pytest.MonkeyPatch, fake_cuda: FakeCudaRuntime) -> F
 def install_trt(monkeypatch: pytest.MonkeyPatch, version: str) -> FakeTensorRT:
     """A fresh fake tensorrt `version` as `import tensorrt`; a new process as far as TensorRT's
     first logger goes."""
-    from engines import trt_build
+    from framewire.engines import trt_build
 
     module = FakeTensorRT(version)
     Builder.builds = 0

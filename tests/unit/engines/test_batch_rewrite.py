@@ -1,4 +1,4 @@
-"""engines.batch_rewrite: a batch-of-1 export made to take any batch, only where the graph allows it."""
+"""framewire.engines.batch_rewrite: a batch-of-1 export made to take any batch, only where the graph allows it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engines.batch_rewrite import BATCH_DIM, make_batch_dynamic, with_batch_axis
-from engines.onnx_model import describe, load_model_bytes
+from framewire.engines.batch_rewrite import BATCH_DIM, make_batch_dynamic, with_batch_axis
+from framewire.engines.onnx_model import describe, load_model_bytes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,7 +132,7 @@ def test_refusal_is_logged_and_the_input_keeps_batch_one(
 ) -> None:
     path = tmp_path / "softmax0.onnx"
     onnx.save(_graph([helper.make_node("Softmax", ["x"], ["y"], axis=0)], [], (1, 3, 4, 4)), str(path))
-    with caplog.at_level(logging.INFO, logger="engines.onnx_model"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.onnx_model"):
         inputs, _ = describe(path, {"x": (0, 2)})
     assert inputs[0].shape == (1, 3, "x_2", 4)
     assert "keeps its fixed batch of 1" in caplog.text and "axis 0" in caplog.text

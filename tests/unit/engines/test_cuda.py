@@ -1,4 +1,4 @@
-"""engines.cuda against a fake cuda-python: error tuples, devices without a driver, memory, graphs."""
+"""framewire.engines.cuda against a fake cuda-python: error tuples, devices without a driver, memory, graphs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import mmap
 import numpy as np
 import pytest
 
-from engines import cuda
-from pipeline.errors import EngineError
+from framewire.engines import cuda
+from framewire.pipeline.errors import EngineError
 from tests.unit.engines.gpu_fakes import (
     FakeCudaRuntime,
     cudaError_t,

@@ -12,9 +12,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engines import doctor
-from engines import onnxruntime as ort_engine
-from engines.doctor import FAILED, OK, SKIPPED, run_checks
+from framewire.engines import doctor
+from framewire.engines import onnxruntime as ort_engine
+from framewire.engines.doctor import FAILED, OK, SKIPPED, run_checks
 from tests.unit.engines.gpu_fakes import FakeCudaRuntime, FakeTensorRT, hide_module, install_cuda
 
 pytestmark = pytest.mark.timeout(120)
@@ -141,7 +141,7 @@ def test_an_engine_that_computes_wrong_fails(fake_trt: FakeTensorRT, monkeypatch
 def test_the_command_with_fakes_prints_one_line_per_check(
     fake_trt: FakeTensorRT, gpu_providers: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from run_pipeline import main
+    from framewire.cli import main
 
     code = main(["doctor", "--set", "engine.backend=onnxruntime", "--seconds", "0.2"])
     out = capsys.readouterr().out
@@ -153,7 +153,7 @@ def test_the_command_with_fakes_prints_one_line_per_check(
 
 
 def test_a_bad_config_is_a_failed_line_not_a_crash(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from run_pipeline import main
+    from framewire.cli import main
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nsources: []\nbogus: 1\n")
@@ -163,7 +163,7 @@ def test_a_bad_config_is_a_failed_line_not_a_crash(capsys: pytest.CaptureFixture
 
 
 def test_on_this_machine_it_reports_no_gpu_cleanly() -> None:
-    from engines import cuda
+    from framewire.engines import cuda
 
     if cuda.device_count() > 0:
         pytest.skip("this machine has a GPU")

@@ -11,11 +11,11 @@ import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from engines.fp16 import METADATA_KEY, convert_model_file, convert_to_fp16
-from engines.onnxruntime import OnnxRuntimeEngine
-from engines.quantize import QuantizeOptions, quantization_info, quantize_model
-from engines.trt_build import model_info
-from pipeline.errors import ConfigError, EngineError
+from framewire.engines.fp16 import METADATA_KEY, convert_model_file, convert_to_fp16
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.engines.quantize import QuantizeOptions, quantization_info, quantize_model
+from framewire.engines.trt_build import model_info
+from framewire.pipeline.errors import ConfigError, EngineError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,10 +12,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engines import cuda
-from engines.registry import detect_machine
-from pipeline.config import Backend, EngineConfig
-from pipeline.errors import EngineError
+from framewire.engines import cuda
+from framewire.engines.registry import detect_machine
+from framewire.config import Backend, EngineConfig
+from framewire.pipeline.errors import EngineError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,7 +30,7 @@ TENSORRT_MISSING = (
 
 @pytest.mark.skipif(HAS_TENSORRT, reason="tensorrt is installed")
 def test_tensorrt_missing_is_a_one_line_engine_error(conv_model: Path) -> None:
-    from engines.registry import open_engine
+    from framewire.engines.registry import open_engine
 
     with pytest.raises(EngineError) as info:
         open_engine(EngineConfig(backend=Backend.TENSORRT), str(conv_model))
@@ -77,7 +77,7 @@ def test_the_cli_says_it_in_one_line(args: list[str]) -> None:
 def test_cuda_provider_only_on_a_cpu_build_is_an_error_and_with_cpu_a_warning(
     conv_model: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from engines.onnxruntime import OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     with pytest.raises(EngineError) as info:
         OnnxRuntimeEngine(str(conv_model), providers=("cuda",))
@@ -98,8 +98,8 @@ def test_cuda_provider_only_on_a_cpu_build_is_an_error_and_with_cpu_a_warning(
 def test_tensorrt_builds_caches_and_matches_numpy(
     conv_model: Path, conv_weights: np.ndarray, tmp_path: Path
 ) -> None:
-    from engines.tensorrt import TensorRTEngine
-    from engines.trt_build import BuildRequest, ensure_engine
+    from framewire.engines.tensorrt import TensorRTEngine
+    from framewire.engines.trt_build import BuildRequest, ensure_engine
 
     request = BuildRequest(str(conv_model), cache_dir=str(tmp_path), min_batch=1, opt_batch=2, max_batch=4)
     path = ensure_engine(request)
@@ -116,7 +116,7 @@ def test_tensorrt_builds_caches_and_matches_numpy(
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_CUDA_PROVIDER and HAS_GPU), reason="needs onnxruntime-gpu and an NVIDIA GPU")
 def test_onnxruntime_cuda_with_io_binding(conv_model: Path, conv_weights: np.ndarray) -> None:
-    from engines.onnxruntime import OnnxRuntimeEngine
+    from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     engine = OnnxRuntimeEngine(str(conv_model), providers=("cuda", "cpu"))
     assert engine.provider == "CUDAExecutionProvider"

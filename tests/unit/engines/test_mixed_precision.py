@@ -1,4 +1,4 @@
-"""engines.mixed_precision: layers of a Q/DQ model put back in fp32, their sensitivity, and the
+"""framewire.engines.mixed_precision: layers of a Q/DQ model put back in fp32, their sensitivity, and the
 search for the fewest that pass a check."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engines import mixed_precision as mp
-from engines.quantize import QuantizeOptions, quantize_model
-from pipeline.errors import EngineError
+from framewire.engines import mixed_precision as mp
+from framewire.engines.quantize import QuantizeOptions, quantize_model
+from framewire.pipeline.errors import EngineError
 
 pytestmark = pytest.mark.timeout(60)
 

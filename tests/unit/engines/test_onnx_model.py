@@ -1,4 +1,4 @@
-"""engines.onnx_model: describing model files and rewriting fixed input dims as dynamic."""
+"""framewire.engines.onnx_model: describing model files and rewriting fixed input dims as dynamic."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 
-from engines.onnx_model import describe, load_model_bytes
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
+from framewire.engines.onnx_model import describe, load_model_bytes
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,9 +9,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engines.onnxruntime import OnnxRuntimeEngine
-from pipeline.errors import ConfigError, EngineError
-from pipeline.tensors import TensorSpec
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.pipeline.errors import ConfigError, EngineError
+from framewire.pipeline.wire.tensors import TensorSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,7 +26,7 @@ def _reference(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def test_loads_on_cpu_and_describes_the_model(conv_model: Path, caplog) -> None:
-    with caplog.at_level(logging.INFO, logger="engines.onnxruntime"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.onnxruntime"):
         engine = OnnxRuntimeEngine(str(conv_model), threads=1)
     assert engine.backend == "onnxruntime"
     assert engine.provider == "CPUExecutionProvider"
@@ -68,7 +68,7 @@ def test_yunet_at_640x288() -> None:
 
 @pytest.mark.skipif(HAS_CUDA, reason="this onnxruntime build has CUDA")
 def test_unavailable_provider_is_skipped_with_one_warning(conv_model: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="engines.onnxruntime"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.onnxruntime"):
         engine = OnnxRuntimeEngine(str(conv_model), providers=("tensorrt", "cuda", "cpu"))
     assert engine.provider == "CPUExecutionProvider"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -12,9 +12,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engines import onnxruntime as ort_engine
-from engines.onnxruntime import OnnxRuntimeEngine, provider_in_use, provider_options
-from pipeline.errors import ConfigError, EngineError
+from framewire.engines import onnxruntime as ort_engine
+from framewire.engines.onnxruntime import OnnxRuntimeEngine, provider_in_use, provider_options
+from framewire.pipeline.errors import ConfigError, EngineError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,7 +140,7 @@ def test_cuda_options_for_several_processes_on_one_gpu(tmp_path: Path) -> None:
 
 
 def test_tensorrt_provider_profile_shapes(tmp_path: Path) -> None:
-    from engines.trt_build import ProfileShape
+    from framewire.engines.trt_build import ProfileShape
 
     profile = (
         ProfileShape("input", (1, 3, 160, 192), (4, 3, 288, 640), (8, 3, 288, 640)),
@@ -177,8 +177,8 @@ def test_tensorrt_engines_are_cached_per_model_weights_not_per_topology(
 def test_registry_passes_the_profile_and_the_memory_limit(
     gpu_build: type[FakeSession], conv_model: Path, tmp_path: Path, fake_cuda: Any
 ) -> None:
-    from engines.registry import OpenOptions, open_engine
-    from pipeline.config import EngineConfig
+    from framewire.engines.registry import OpenOptions, open_engine
+    from framewire.config import EngineConfig
 
     config = EngineConfig(
         backend="onnxruntime",
@@ -224,7 +224,7 @@ def test_silent_fallback_is_one_warning_and_the_provider_in_use_is_reported(
     gpu_build: type[FakeSession], conv_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     gpu_build.runs_on = [CPU]  # CUDA libraries missing: ORT dropped both GPU providers
-    with caplog.at_level(logging.WARNING, logger="engines.onnxruntime"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.onnxruntime"):
         engine = OnnxRuntimeEngine(
             str(conv_model), providers=("tensorrt", "cuda", "cpu"), cache_dir=str(tmp_path)
         )
@@ -290,7 +290,7 @@ def test_the_optimised_model_is_cached_and_loaded_next_time(
     )
     saved = list(cache.glob("ort-*.onnx"))
     assert len(saved) == 1 and not list(cache.glob(".*.tmp"))
-    with caplog.at_level(logging.INFO, logger="engines.onnxruntime"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.onnxruntime"):
         second = OnnxRuntimeEngine(
             str(conv_model), optimized_cache=True, cache_dir=str(cache), graph_optimization="extended"
         )

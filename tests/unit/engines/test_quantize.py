@@ -1,4 +1,4 @@
-"""engines.quantize and the `quantize` command: calibration feeds, and a small real quantisation of YuNet."""
+"""framewire.engines.quantize and the `quantize` command: calibration feeds, and a small real quantisation of YuNet."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 
-import run_pipeline
-from app.engine_inputs import task_feeds, task_inputs
-from engines.onnxruntime import OnnxRuntimeEngine
-from engines.quantize import (
+from framewire import cli
+from framewire.app.engine_inputs import task_feeds, task_inputs
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.engines.quantize import (
     FeedReader,
     QuantizeOptions,
     float_convs,
@@ -20,8 +20,8 @@ from engines.quantize import (
     quantize_model,
     video_frames,
 )
-from pipeline.errors import ConfigError, EngineError
-from stages.tasks import resolve_task
+from framewire.pipeline.errors import ConfigError, EngineError
+from framewire.stages.tasks import resolve_task
 from tests.support.clips import make_clip
 
 pytestmark = pytest.mark.timeout(120)
@@ -151,13 +151,13 @@ def test_quantize_command_writes_a_model_usable_as_model_path(
     tmp_path: Path, face_clip: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "cli-int8.onnx"
-    code = run_pipeline.main(
+    code = cli.main(
         ["quantize", "--video", str(face_clip), "--frames", "2", "--output", str(out), "--no-per-channel"]
     )
     assert code == 0
     assert "calibrated on 2 frame(s)" in capsys.readouterr().err
     assert quantization_info(out)["per_channel"] is False  # type: ignore[index]
-    assert run_pipeline.main(["validate", "--set", f"model.path={out}"]) == 0
+    assert cli.main(["validate", "--set", f"model.path={out}"]) == 0
 
 
 def test_auto_fp32_keeps_the_fewest_sensitive_layers_that_pass_the_check(
@@ -166,13 +166,13 @@ def test_auto_fp32_keeps_the_fewest_sensitive_layers_that_pass_the_check(
     """A strict tolerance (IoU 0.97, every face) that the all-int8 model misses on this clip: the
     written model keeps some layers fp32, says which in its metadata, and passes the check when
     measured again here, with the task's own results."""
-    from app.accuracy import Tolerance, task_summary, verdict
-    from engines.mixed_precision import quantised_layers
+    from framewire.app.accuracy import Tolerance, task_summary, verdict
+    from framewire.engines.mixed_precision import quantised_layers
 
     out = tmp_path / "auto.onnx"
     argv = ["quantize", "--recipe", "tensorrt", "--video", str(face_clip), "--frames", "6", "--output", str(out)]
     strict = ["--iou", "0.97", "--min-agreement", "1.0", "--sensitivity-frames", "2"]
-    assert run_pipeline.main([*argv, "--auto-fp32", *strict]) == 0
+    assert cli.main([*argv, "--auto-fp32", *strict]) == 0
     err = capsys.readouterr().err
     info = quantization_info(out)["auto_fp32"]  # type: ignore[index]
     assert info["int8_only"]["agreement"] < 1.0 and info["result"]["agreement"] == 1.0
@@ -200,7 +200,7 @@ def test_auto_fp32_keeps_the_fewest_sensitive_layers_that_pass_the_check(
 
 
 def test_auto_fp32_refuses_the_fp16_recipe(tmp_path: Path, face_clip: Path) -> None:
-    code = run_pipeline.main(
+    code = cli.main(
         ["quantize", "--recipe", "fp16", "--auto-fp32", "--video", str(face_clip), "-o", str(tmp_path / "x.onnx")]
     )
     assert code == 2
@@ -209,14 +209,14 @@ def test_auto_fp32_refuses_the_fp16_recipe(tmp_path: Path, face_clip: Path) -> N
 def test_auto_fp32_that_fails_leaves_no_model(
     tmp_path: Path, face_clip: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import app.mixed_precision
+    from framewire.app import mixed_precision
 
     def fails(*args: object, **kwargs: object) -> None:
         raise EngineError("auto fp32: even with all 46 weighted layers in fp32 the model fails the check")
 
-    monkeypatch.setattr(app.mixed_precision, "choose_float_layers", fails)
+    monkeypatch.setattr(mixed_precision, "choose_float_layers", fails)
     out = tmp_path / "auto.onnx"
     argv = ["quantize", "--video", str(face_clip), "--frames", "2", "--auto-fp32", "--output", str(out)]
-    assert run_pipeline.main(argv) == 1
+    assert cli.main(argv) == 1
     assert "even with all 46 weighted layers" in capsys.readouterr().err
     assert not out.exists()

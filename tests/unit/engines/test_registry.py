@@ -1,4 +1,4 @@
-"""engines.registry: `backend: auto` on every combination of TensorRT, GPU and ONNX Runtime build,
+"""framewire.engines.registry: `backend: auto` on every combination of TensorRT, GPU and ONNX Runtime build,
 infer workers per device, and the fail-fast checks."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines import registry
-from engines.registry import (
+from framewire.engines import registry
+from framewire.engines.registry import (
     Choice,
     Machine,
     OpenOptions,
@@ -21,8 +21,8 @@ from engines.registry import (
     open_engine,
     preflight,
 )
-from pipeline.config import Backend, EngineConfig
-from pipeline.errors import EngineError
+from framewire.config import Backend, EngineConfig
+from framewire.pipeline.errors import EngineError
 from tests.unit.engines.gpu_fakes import (
     FakeCudaRuntime,
     FakeTensorRT,
@@ -95,7 +95,7 @@ def test_auto_picks_the_best_backend_and_logs_it_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(registry, "_logged", set())
-    with caplog.at_level(logging.INFO, logger="engines.registry"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.registry"):
         choice = choose_backend(EngineConfig(backend=Backend.AUTO, providers=("cpu",)), machine)
         assert choose_backend(EngineConfig(), machine) == choice
     assert choice == Choice(backend, providers, gpu, reason)
@@ -176,8 +176,8 @@ def test_preflight_fails_fast_for_tensorrt_without_a_gpu(
 
 
 def test_engine_config_gpu_keys_are_validated() -> None:
-    from pipeline.config import load_config
-    from pipeline.errors import ConfigError
+    from framewire.config import load_config
+    from framewire.pipeline.errors import ConfigError
 
     default = Path(__file__).resolve().parents[3] / "configs/default.yaml"
     config = load_config(default, ["engine.backend=tensorrt", "engine.precision=fp16", "engine.max_batch=8"])
@@ -217,12 +217,12 @@ def test_a_gpu_install_without_a_usable_gpu_says_so_once_as_a_warning(
     machine: Machine, level: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(registry, "_logged", set())
-    with caplog.at_level(logging.DEBUG, logger="engines.registry"):
+    with caplog.at_level(logging.DEBUG, logger="framewire.engines.registry"):
         choose_backend(EngineConfig(), machine)
         choose_backend(EngineConfig(), machine)
     assert [r.levelno for r in caplog.records] == [level]
     monkeypatch.setattr(registry, "_logged", set())
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="engines.registry"):
+    with caplog.at_level(logging.DEBUG, logger="framewire.engines.registry"):
         choose_backend(EngineConfig(), machine, quiet=True)  # an infer worker
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.tensorrt import TensorRTEngine
-from pipeline.errors import EngineError
-from pipeline.framepool import FramePool, PoolLayout
-from pipeline.tensors import TensorSpec
+from framewire.engines.tensorrt import TensorRTEngine
+from framewire.pipeline.errors import EngineError
+from framewire.pipeline.wire.framepool import FramePool, PoolLayout
+from framewire.pipeline.wire.tensors import TensorSpec
 from tests.unit.engines.gpu_fakes import (
     FakeCudaRuntime,
     FakeTensorRT,
@@ -190,7 +190,7 @@ def test_a_failed_capture_falls_back_to_plain_launches(
 ) -> None:
     fake_cuda.fail["cudaStreamBeginCapture"] = cudaError_t.cudaErrorStreamCaptureUnsupported
     engine = TensorRTEngine(dynamic_engine, cuda_graph=True)
-    with caplog.at_level(logging.WARNING, logger="engines.tensorrt"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.tensorrt"):
         for seed in range(3):
             x = _x(2, seed=seed)
             np.testing.assert_allclose(engine.infer({"x": x})["y"], 2 * x + 1, rtol=1e-6)
@@ -264,7 +264,7 @@ def test_a_pool_that_cannot_be_pinned_is_one_warning_and_staging_copies(
     pool = _pool("refused")
     engine = TensorRTEngine(dynamic_engine)
     fake_cuda.fail["cudaHostRegister"] = cudaError_t.cudaErrorMemoryAllocation
-    with caplog.at_level(logging.WARNING, logger="engines.tensorrt"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.tensorrt"):
         assert engine.pin_pool(pool) is False
     assert [r.getMessage() for r in caplog.records] == [
         f"frame pool {pool.layout.name} (0 MiB) not registered as pinned memory (CUDA cudaHostRegister "
@@ -282,7 +282,7 @@ def test_a_pool_that_cannot_be_pinned_is_one_warning_and_staging_copies(
 
 
 def test_overlapping_registrations_are_refused_by_cuda(fake_cuda: FakeCudaRuntime) -> None:
-    from engines import cuda
+    from framewire.engines import cuda
 
     pool = _pool("overlap")
     whole = cuda.HostRegistration(pool.memory)
@@ -304,7 +304,7 @@ def test_max_batch_is_the_profiles_largest_batch(fake_trt: FakeTensorRT, tmp_pat
 def test_no_usable_cuda_is_one_engine_error_not_a_pybind_type_error(
     fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, dynamic_engine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engines import cuda
+    from framewire.engines import cuda
 
     monkeypatch.setattr(cuda, "require_device", lambda device: "NVIDIA Fake GPU")
     monkeypatch.setattr(cuda, "set_device", lambda device: None)

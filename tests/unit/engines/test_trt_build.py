@@ -1,4 +1,4 @@
-"""engines.trt_build: cache keys, optimisation profiles, calibration batching and the build itself,
+"""framewire.engines.trt_build: cache keys, optimisation profiles, calibration batching and the build itself,
 against the fake tensorrt and cuda-python modules of `gpu_fakes`."""
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines import trt_build, trt_calibration
-from engines.trt_build import (
+from framewire.engines import trt_build, trt_calibration
+from framewire.engines.trt_build import (
     BuildRequest,
     ProfileShape,
     cache_key,
     ensure_engine,
     make_profile,
 )
-from engines.trt_calibration import BatchFeeder, make_calibrator
-from pipeline.errors import ConfigError, EngineError
-from pipeline.tensors import TensorSpec
+from framewire.engines.trt_calibration import BatchFeeder, make_calibrator
+from framewire.pipeline.errors import ConfigError, EngineError
+from framewire.pipeline.wire.tensors import TensorSpec
 from tests.unit.engines.gpu_fakes import (
     Builder,
     BuilderFlag,
@@ -143,7 +143,7 @@ def _frames(count: int, shape: tuple[int, ...] = (1, 3, 2, 2)) -> list[np.ndarra
 
 def test_feeder_gives_exact_batches_and_drops_the_partial_one(caplog: pytest.LogCaptureFixture) -> None:
     feeder = BatchFeeder(_frames(10), batch_size=4, input_names=["x"])
-    with caplog.at_level(logging.INFO, logger="engines.trt_calibration"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.trt_calibration"):
         batches = [feeder.next_batch(), feeder.next_batch(), feeder.next_batch()]
     first, second, end = batches
     assert first is not None and second is not None and end is None
@@ -239,7 +239,7 @@ def test_builds_once_then_loads_from_the_cache(
     fake_trt: FakeTensorRT, conv_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     request = _request(conv_model, tmp_path)
-    with caplog.at_level(logging.INFO, logger="engines.trt_build"):
+    with caplog.at_level(logging.INFO, logger="framewire.engines.trt_build"):
         first = ensure_engine(request)
         second = ensure_engine(request)
     assert first == second and first.is_file() and Builder.builds == 1
@@ -396,7 +396,7 @@ def test_an_unwritable_cache_dir_names_the_key(
 def test_build_engine_command_builds_the_configs_engine_once(
     fake_trt: FakeTensorRT, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from run_pipeline import main
+    from framewire.cli import main
 
     args = ["build-engine", "--set", f"engine.cache_dir={tmp_path}", "--precision", "fp16"]
     assert main(args) == 0
@@ -443,7 +443,7 @@ def test_tensorrt_11_int8_quantises_on_the_cpu_once_and_builds_the_qdq_model(
     plan = _plan(ensure_engine(request))
     assert plan["model"] == "qdq" and plan["flags"] == [] and plan["calibration"] == {}
     (qdq,) = (tmp_path / "engines").glob("calibration-*.onnx")
-    from engines.quantize import quantization_info
+    from framewire.engines.quantize import quantization_info
 
     info = quantization_info(qdq)
     assert info is not None and info["format"] == "QDQ s8s8 symmetric (TensorRT)" and info["frames"] == 6
@@ -463,7 +463,7 @@ def test_tensorrt_11_int8_without_qdq_or_frames_says_what_to_do(
 
 
 def _quantised(conv_model: Path, tmp_path: Path, recipe: str) -> Path:
-    from engines.quantize import QuantizeOptions, quantize_model
+    from framewire.engines.quantize import QuantizeOptions, quantize_model
 
     out = tmp_path / f"conv-{recipe}.onnx"
     feeds = ({"x": np.random.default_rng(i).random((1, 3, 8, 8), dtype=np.float32)} for i in range(8))
@@ -495,7 +495,7 @@ def test_a_builder_tensorrt_cannot_create_is_one_engine_error(
     fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, conv_model: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engines import cuda
+    from framewire.engines import cuda
 
     monkeypatch.setattr(cuda, "require_device", lambda device: "NVIDIA Fake GPU")
     monkeypatch.setattr(cuda, "set_device", lambda device: None)
@@ -515,7 +515,7 @@ def test_a_timing_cache_from_another_gpu_is_replaced_and_the_engine_still_writte
     directory.mkdir()
     timing = directory / "timing-trt10.16.1.11-NVIDIA_Fake_GPU.cache"
     timing.write_bytes(b"timing:NVIDIA A100:7")  # copied from another machine
-    with caplog.at_level(logging.WARNING, logger="engines.trt_build"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.trt_build"):
         path = ensure_engine(_request(conv_model, tmp_path))
     assert path.is_file()
     assert timing.read_bytes() == b"timing:NVIDIA Fake GPU:1"
@@ -534,7 +534,7 @@ def test_a_timing_cache_that_cannot_be_saved_does_not_lose_the_engine(
         raise RuntimeError("serialization failed")
 
     monkeypatch.setattr(ITimingCache, "serialize", broken)
-    with caplog.at_level(logging.WARNING, logger="engines.trt_build"):
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.trt_build"):
         path = ensure_engine(_request(conv_model, tmp_path))
     assert path.is_file() and "not written: serialization failed" in caplog.text
 
@@ -559,7 +559,7 @@ def test_calibration_batches_fit_a_model_whose_batch_is_fixed(
 def test_build_engine_fp16_on_tensorrt_11(
     fake_trt11: FakeTensorRT, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from run_pipeline import main
+    from framewire.cli import main
 
     assert main(["build-engine", "--set", f"engine.cache_dir={tmp_path}", "--precision", "fp16"]) == 0
     (path,) = tmp_path.glob("face_detection_yunet_2023mar-fp16-*.engine")

@@ -9,9 +9,9 @@ import av
 import numpy as np
 import pytest
 
-from media.audio import AudioDecoder, LogMel, MelSettings, RingTrack, ToMono, has_audio_track, mel_filters
-from pipeline.audioring import AudioRing, AudioRingLayout
-from pipeline.errors import SourceError
+from framewire.media.audio import AudioDecoder, LogMel, MelSettings, RingTrack, ToMono, has_audio_track, mel_filters
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+from framewire.pipeline.errors import SourceError
 from tests.support import clips
 from tests.support.audio import tone_bursts, write_audio
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import av
 import pytest
 
-from media.segments import Recording, Retention, Segment
-from media.video_reader import StreamInfo, VideoReader
-from media.video_writer import VideoFileWriter
-from pipeline import paths
+from framewire.media.segments import Recording, Retention, Segment
+from framewire.media.video_reader import StreamInfo, VideoReader
+from framewire.media.video_writer import VideoFileWriter
+from framewire.pipeline import paths
 from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,8 +71,8 @@ KILLED = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 from fractions import Fraction
-from media.video_reader import StreamInfo
-from media.video_writer import VideoFileWriter
+from framewire.media.video_reader import StreamInfo
+from framewire.media.video_writer import VideoFileWriter
 from tests.support import clips
 info = StreamInfo(source_id="t", uri="t", width=320, height=240, fps=Fraction(25), time_base=Fraction(1, 25),
                   frame_count=None, duration_s=None, has_audio=False, audio_codec=None, is_file=True)

@@ -12,10 +12,10 @@ import av
 import numpy as np
 import pytest
 
-from media.video_reader import DecodedFrame, StreamInfo, VideoReader, next_pts, to_bgr
-from pipeline.errors import SourceError
-from pipeline.uris import local_path, redact
-from sources.file import FileSource
+from framewire.media.video_reader import DecodedFrame, StreamInfo, VideoReader, next_pts, to_bgr
+from framewire.pipeline.errors import SourceError
+from framewire.pipeline.uris import local_path, redact
+from framewire.sources.file import FileSource
 from tests.support import clips
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,9 +10,9 @@ import av
 import numpy as np
 import pytest
 
-from media.video_reader import StreamInfo, VideoReader
-from media.video_writer import VideoFileWriter
-from pipeline.errors import FramewireError
+from framewire.media.video_reader import StreamInfo, VideoReader
+from framewire.media.video_writer import VideoFileWriter
+from framewire.pipeline.errors import FramewireError
 from tests.support import clips
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pipeline.audioring import AudioRing, AudioRingLayout, RingCache, ring_of
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout, RingCache, ring_of
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, Policy, apply_override, load_config, resolve_path
-from pipeline.errors import ConfigError
+from framewire.config import Config, Policy, apply_override, load_config, resolve_path
+from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

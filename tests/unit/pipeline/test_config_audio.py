@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.errors import ConfigError
+from framewire.config import load_config
+from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,8 +7,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import apply_override, load_config, validate_config
-from pipeline.errors import ConfigError
+from framewire.config import apply_override, load_config, validate_config
+from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import Config, Policy, load_config
-from pipeline.errors import ConfigError
-from pipeline.uris import is_live, redact, source_kind, zmq_endpoint
+from framewire.config import Config, Policy, load_config
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.uris import is_live, redact, source_kind, zmq_endpoint
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, load_config
-from pipeline.config.keys import known_keys, text_key
-from pipeline.errors import ConfigError
+from framewire.config import Config, load_config
+from framewire.config.keys import known_keys, text_key
+from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,7 +6,7 @@ import uuid
 import numpy as np
 import pytest
 
-from pipeline.framepool import FramePool, PoolCache, PoolLayout
+from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -52,7 +52,7 @@ def test_sweep_removes_only_pools_of_dead_owners(tmp_path) -> None:  # type: ign
     import subprocess
     import sys
 
-    from pipeline.framepool import pool_name, sweep_orphans
+    from framewire.pipeline.wire.framepool import pool_name, sweep_orphans
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import JobFailed
-from pipeline.job import Plan, SourcePlan
-from pipeline.lifecycle import Lifecycle, exit_text
-from pipeline.peers import DecodeWorker, LocalPeer, Roster
-from pipeline.routing import FrameKey
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.hub.lifecycle import Lifecycle, exit_text
+from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
+from framewire.pipeline.hub.routing import FrameKey
 
 pytestmark = pytest.mark.timeout(30)
 

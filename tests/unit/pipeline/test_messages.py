@@ -6,7 +6,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from pipeline import messages as msg
+from framewire.pipeline.wire import messages as msg
 
 pytestmark = pytest.mark.timeout(30)
 

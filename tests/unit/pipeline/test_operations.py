@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.job import Plan
-from pipeline.operations import Health
-from pipeline.peers import Roster
-from pipeline.remote import RemoteSettings
+from framewire.pipeline.plan import Plan
+from framewire.pipeline.ops.service import Health
+from framewire.pipeline.hub.peers import Roster
+from framewire.pipeline.wire.remote import RemoteSettings
 
 pytestmark = pytest.mark.timeout(30)
 

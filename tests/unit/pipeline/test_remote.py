@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline import messages as msg
-from pipeline import remote
-from pipeline.frame import Frame
-from pipeline.framepool import PoolLayout
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.wire import remote
+from framewire.pipeline.frame import Frame
+from framewire.pipeline.wire.framepool import PoolLayout
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -158,7 +158,7 @@ def test_a_good_ready() -> None:
 
 
 def test_the_hub_sends_views_of_the_slot() -> None:
-    from pipeline.framepool import FramePool
+    from framewire.pipeline.wire.framepool import FramePool
 
     layout = PoolLayout.plan("framewire-test-remote-views", 2, {"image": ((6, 8, 3), "uint8")})
     pool = FramePool.create(layout)
@@ -177,7 +177,7 @@ def test_a_send_with_no_connection_to_the_hub_asks_the_link_instead_of_blocking(
     # ever; a remote worker's socket times out, and its hub link says whether to try again.
     import zmq
 
-    from pipeline.hub_link import HubConnection
+    from framewire.pipeline.worker.hub_link import HubConnection
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

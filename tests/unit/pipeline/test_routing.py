@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.routing import EndOfStream, FrameKey, FrameState, Router
+from framewire.pipeline.hub.routing import EndOfStream, FrameKey, FrameState, Router
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import zmq
 
-from media.audio import AudioChunk
-from pipeline.audioring import AudioRing, AudioRingLayout
-from pipeline.config import SourceConfig
-from pipeline.errors import SourceError
-from sources import AudioNeed, build_source
-from sources.audio import AudioFeed, AudioGate, MissingPolicy
-from sources.template import TemplateSource, frames_for
-from sources.zmq_audio import ZmqAudio, parse_audio
-from sources.zmq_wire import EOS, Rejected
+from framewire.media.audio import AudioChunk
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+from framewire.config import SourceConfig
+from framewire.pipeline.errors import SourceError
+from framewire.sources import AudioNeed, build_source
+from framewire.sources.audio import AudioFeed, AudioGate, MissingPolicy
+from framewire.sources.template import TemplateSource, frames_for
+from framewire.sources.zmq_audio import ZmqAudio, parse_audio
+from framewire.sources.zmq_wire import EOS, Rejected
 from tests.support.audio import tone_bursts, write_audio
 
 pytestmark = pytest.mark.timeout(60)
@@ -183,7 +183,7 @@ def test_a_template_runs_exactly_as_long_as_its_audio(ring: AudioRing, tmp_path:
 def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_path: Path) -> None:
     """StreamAudio on the test RTSP server's sound track: chunks in order; after the server dies and
     comes back, the chunks go on from where they stopped plus the time offline, never back."""
-    from sources.audio import StreamAudio
+    from framewire.sources.audio import StreamAudio
     from tests.support import clips, rtsp_server
 
     clip = clips.make_clip(tmp_path / "v.mp4", frames=25, fps=25)

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import zmq
 
-from pipeline.config import CameraConfig, SourceConfig
-from pipeline.errors import SourceError
-from pipeline.frame import LiveFrameSource, SourceInterrupted
-from sources import build_source
-from sources.file import FileSource
-from sources.live import Backoff, LiveSource, camera_options, stream_options
-from sources.zmq import ZmqSource
+from framewire.config import CameraConfig, SourceConfig
+from framewire.pipeline.errors import SourceError
+from framewire.pipeline.frame import LiveFrameSource, SourceInterrupted
+from framewire.sources import build_source
+from framewire.sources.file import FileSource
+from framewire.sources.live import Backoff, LiveSource, camera_options, stream_options
+from framewire.sources.zmq import ZmqSource
 from tests.support.rtsp_server import free_port, spawn
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,8 +14,8 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import SourceError
-from sources.zmq_wire import EOS, REASONS, PushedFrame, Rejected, ZmqReceiver, jpeg_size, parse
+from framewire.pipeline.errors import SourceError
+from framewire.sources.zmq_wire import EOS, REASONS, PushedFrame, Rejected, ZmqReceiver, jpeg_size, parse
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engines.base import Engine
-from pipeline.frame import Frame, StageContext
-from pipeline.tensors import TensorSpec
-from stages.cascade import CascadeStage, Secondary
-from stages.composite import CompositeStage
-from stages.tasks import resolve_object_task
-from stages.tasks.base import ModelInfo
-from stages.tasks.classification import Classification
+from framewire.engines.base import Engine
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.cascade import CascadeStage, Secondary
+from framewire.stages.composite import CompositeStage
+from framewire.stages.tasks import resolve_object_task
+from framewire.stages.tasks.base import ModelInfo
+from framewire.stages.tasks.classification import Classification
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,10 +9,10 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, StageContext
-from stages.composite import COMPOSITES, Composite, CompositeStage, resolve_composite
-from stages.tasks.base import Result
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.stages.composite import COMPOSITES, Composite, CompositeStage, resolve_composite
+from framewire.stages.tasks.base import Result
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,7 +137,7 @@ def test_boxes_colours_per_label_and_per_class() -> None:
 
 
 def test_boxes_caption_shows_label_track_score_and_attributes() -> None:
-    from stages.composite import Boxes
+    from framewire.stages.composite import Boxes
 
     plate = {"box": [300.0, 60.0, 80.0, 40.0], "score": 0.81, "class_id": 0, "label": "text", "track_id": 7,
              "attributes": {"text": {"text": "EXIT", "score": 0.99}, "kind": {"label": "sign", "score": 0.7}}}

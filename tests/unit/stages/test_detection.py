@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks import resolve_task
-from stages.tasks.base import ModelInfo
-from stages.tasks.detection import Detection
-from stages.tasks.detection_formats import find_layout
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks import resolve_task
+from framewire.stages.tasks.base import ModelInfo
+from framewire.stages.tasks.detection import Detection
+from framewire.stages.tasks.detection_formats import find_layout
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,11 +11,11 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from app.plan import model_info
-from engines.onnxruntime import OnnxRuntimeEngine
-from stages import detections
-from stages.tasks import resolve_task
-from stages.tasks.detection_formats import grid_cells
+from framewire.app.compose import model_info
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.stages import detections
+from framewire.stages.tasks import resolve_task
+from framewire.stages.tasks.detection_formats import grid_cells
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from engines.onnx_model import describe
-from engines.onnxruntime import OnnxRuntimeEngine
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages.tasks import resolve_task
-from stages.tasks.face_detection import OUTPUT_NAMES, FaceDetection, FaceDetectionParams
+from framewire.engines.onnx_model import describe
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks import resolve_task
+from framewire.stages.tasks.face_detection import OUTPUT_NAMES, FaceDetection, FaceDetectionParams
 
 pytestmark = pytest.mark.timeout(60)
 

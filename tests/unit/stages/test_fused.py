@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.plan import build_plan
-from pipeline.config import load_config
-from pipeline.frame import Frame, Stage, StageContext
-from stages.fused import Fused, MemberFailed, Outputs
+from framewire.app.compose import build_plan
+from framewire.config import load_config
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.stages.fused import Fused, MemberFailed, Outputs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,13 +7,13 @@ import onnxruntime as ort
 import pytest
 
 from bench.lipsync_models import generator
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame
-from pipeline.tensors import TensorSpec
-from stages.paste import Paste, PasteParams
-from stages.tasks import resolve_task
-from stages.tasks.base import Result
-from stages.tasks.generator import Generator
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.paste import Paste, PasteParams
+from framewire.stages.tasks import resolve_task
+from framewire.stages.tasks.base import Result
+from framewire.stages.tasks.generator import Generator
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.plan import _infer, build_task
-from engines.base import Engine
-from engines.onnxruntime import OnnxRuntimeEngine
-from pipeline.config import validate_config
-from pipeline.errors import EngineError
-from pipeline.frame import Frame, StageContext
-from pipeline.tensors import TensorSpec
-from stages.infer import Infer
-from stages.tasks.base import Task
+from framewire.app.compose import _infer, build_task
+from framewire.engines.base import Engine
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.config import validate_config
+from framewire.pipeline.errors import EngineError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.infer import Infer
+from framewire.stages.tasks.base import Task
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -94,7 +94,7 @@ def _frames(shapes: Sequence[tuple[int, int]]) -> list[Frame]:
 
 
 def _stage(engine: Engine, max_batch: int = 8) -> Infer:
-    from stages.tasks.base import TaskParams
+    from framewire.stages.tasks.base import TaskParams
 
     stage = Infer(SumTask(TaskParams()), lambda index: engine, max_batch=max_batch, max_delay_ms=2.0)
     stage.start(StageContext("infer", 0))

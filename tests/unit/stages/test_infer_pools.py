@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.base import Engine
-from pipeline.frame import Frame, Stage, StageContext
-from pipeline.framepool import FramePool, PoolLayout
-from pipeline.tensors import TensorSpec
-from stages.infer import Infer
+from framewire.engines.base import Engine
+from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.wire.framepool import FramePool, PoolLayout
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.infer import Infer
 from tests.unit.engines.gpu_fakes import FakeCudaRuntime, FakeTensorRT, fake_cuda, fake_trt  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,7 +78,7 @@ def test_an_engine_without_pinning_ignores_pools(pool: FramePool) -> None:
 def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
     fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, pool: FramePool, tmp_path: Path
 ) -> None:
-    from engines.tensorrt import TensorRTEngine
+    from framewire.engines.tensorrt import TensorRTEngine
 
     plan = tmp_path / "model.engine"
     plan.write_text(
@@ -104,7 +104,7 @@ def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
 
 
 def test_a_fused_stage_forwards_pools_to_its_infer_member(pool: FramePool) -> None:
-    from stages.fused import Fused
+    from framewire.stages.fused import Fused
 
     seen: list[tuple[str, str]] = []
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import FramewireError
-from stages.outputs.jsonl import JsonlWriter
+from framewire.pipeline.errors import FramewireError
+from framewire.stages.outputs.jsonl import JsonlWriter
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,11 +8,11 @@ import cv2
 import numpy as np
 import pytest
 
-from engines.onnxruntime import OnnxRuntimeEngine
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages.tasks import resolve_task
-from stages.tasks.matting import Matting, MattingParams
+from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages.tasks import resolve_task
+from framewire.stages.tasks.matting import Matting, MattingParams
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pipeline.audioring import AudioRing, AudioRingLayout
-from pipeline.config import EngineConfig, StepConfig
-from pipeline.errors import ConfigError, FramewireError
-from pipeline.frame import Frame, StageContext
-from stages.steps import resolve_step
-from stages.steps.region import Region
-from stages.steps.vad import Vad, _Segments
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+from framewire.config import EngineConfig, StepConfig
+from framewire.pipeline.errors import ConfigError, FramewireError
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.stages.steps import resolve_step
+from framewire.stages.steps.region import Region
+from framewire.stages.steps.vad import Vad, _Segments
 from tests.support.audio import tone_bursts
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
-from stages.tasks import BUILTIN_TASKS, get_task_class, resolve_task
-from stages.tasks.face_detection import FaceDetection
-from stages.tasks.matting import Matting
+from framewire.pipeline.errors import ConfigError
+from framewire.stages.tasks import BUILTIN_TASKS, get_task_class, resolve_task
+from framewire.stages.tasks.face_detection import FaceDetection
+from framewire.stages.tasks.matting import Matting
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,7 +27,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
             """
             from pydantic import Field
 
-            from stages.tasks.base import Result, Task, TaskParams
+            from framewire.stages.tasks.base import Result, Task, TaskParams
 
 
             class EchoParams(TaskParams):
@@ -97,7 +97,7 @@ def test_user_entry_point_is_imported(user_module: str) -> None:
         ("{m}:Missing", "module '{m}' has no 'Missing'"),
         ("framewire_no_such_module:Task", "cannot import module 'framewire_no_such_module'"),
         ("{m}:", "is not an entry point written package.module:Class"),
-        ("stages.tasks.base:Task", "'stages.tasks.base:Task' is not a concrete subclass"),
+        ("framewire.stages.tasks.base:Task", "'framewire.stages.tasks.base:Task' is not a concrete subclass"),
     ],
 )
 def test_bad_entry_points_are_config_errors(user_module: str, entry: str, fragment: str) -> None:

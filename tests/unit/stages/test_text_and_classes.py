@@ -9,14 +9,14 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.tensors import TensorSpec
-from stages import detections
-from stages.tasks import resolve_object_task, resolve_task
-from stages.tasks.base import ModelInfo
-from stages.tasks.classification import Classification
-from stages.tasks.text_detection import TextDetection
-from stages.tasks.text_recognition import TextRecognition
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.tensors import TensorSpec
+from framewire.stages import detections
+from framewire.stages.tasks import resolve_object_task, resolve_task
+from framewire.stages.tasks.base import ModelInfo
+from framewire.stages.tasks.classification import Classification
+from framewire.stages.tasks.text_detection import TextDetection
+from framewire.stages.tasks.text_recognition import TextRecognition
 
 pytestmark = pytest.mark.timeout(60)
 

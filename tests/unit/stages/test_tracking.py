@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.frame import Frame, Stage
-from stages.bytetrack import ByteTracker, TrackerParams
-from stages.schedule import DETECTOR, Schedule, Scheduled, skipped
-from stages.tracking import TrackStage, resolve_tracking
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import Frame, Stage
+from framewire.stages.bytetrack import ByteTracker, TrackerParams
+from framewire.stages.schedule import DETECTOR, Schedule, Scheduled, skipped
+from framewire.stages.tracking import TrackStage, resolve_tracking
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import zmq
 
-from pipeline.config import ZmqOutput
-from pipeline.frame import Frame, StageContext
-from stages.outputs.sinks import ZmqSink
+from framewire.config import ZmqOutput
+from framewire.pipeline.frame import Frame, StageContext
+from framewire.stages.outputs.sinks import ZmqSink
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,0 +1,368 @@
+"""From a validated config to the processes of a job: the one place that wires stages together.
+
+Everything here runs in the supervisor process and must stay cheap: the factories it hands out are
+called inside each spawned worker, where the sessions, encoders and sockets are created.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
+from framewire.app.preload import PRELOAD
+from framewire.engines.base import Engine
+from framewire.engines.batch_rewrite import with_batch_axis
+from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
+from framewire.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
+from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.frame import FrameSource, Stage
+from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
+from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
+from framewire.pipeline.wire.remote import RemoteSettings
+from framewire.pipeline.uris import local_path, redact, source_kind
+from framewire.sources import AudioNeed, build_source
+from framewire.stages.cascade import CascadeStage, Secondary
+from framewire.stages.composite import Composite, CompositeStage, resolve_composite
+from framewire.stages.fused import Fused, Outputs
+from framewire.stages.infer import Infer
+from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
+from framewire.stages.postprocess import Postprocess
+from framewire.stages.preprocess import Preprocess
+from framewire.stages.schedule import Schedule, Scheduled
+from framewire.stages.steps import resolve_step
+from framewire.stages.steps.base import Step
+from framewire.stages.tasks import resolve_object_task, resolve_task
+from framewire.stages.tasks.base import ModelInfo, Task
+from framewire.stages.tasks.labels import class_filter
+from framewire.stages.tracking import TrackStage, resolve_tracking
+
+
+def build_task(config: Config) -> Task:
+    """The primary model's task, bound to what its model file says (input size, format, labels)."""
+    task = resolve_task(config.model.task, config.model.params)
+    task.use_model(model_info(config.model.path, "model.path"))
+    return task
+
+
+def model_info(path: str, key: str) -> ModelInfo:
+    """The model file's tensors and metadata (read once per process and file version)."""
+    file = Path(path)
+    try:
+        stat = file.stat()
+    except OSError:
+        raise ConfigError(f"{key}: model file not found: {path}") from None
+    return _model_info(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
+    from framewire.engines.onnx_model import read_model
+
+    inputs, outputs, metadata = read_model(path)
+    return ModelInfo(path, inputs, outputs, metadata)
+
+
+def build_composites(config: Config) -> list[Composite]:
+    return [resolve_composite(c.kind, c.params, index) for index, c in enumerate(config.composite)]
+
+
+def build_secondaries(config: Config) -> list[Secondary]:
+    """The secondary models' tasks, each bound to its model file; errors name `secondary.<index>`."""
+    out = []
+    for i, item in enumerate(config.secondary):
+        key = f"secondary.{i}"
+        task = resolve_object_task(item.task, item.params, key)
+        task.use_model(model_info(item.path, f"{key}.path"))
+        out.append(
+            Secondary(
+                item.name, task, item.classes, item.min_size, item.max_objects, item.max_batch, item.expand,
+                item.reinfer_every,
+            )
+        )
+    return out
+
+
+# Factories: module-level so that spawn can pickle them by reference.
+
+
+def _scheduled(config: Config, stage: Stage, *, last: bool = False) -> Stage:
+    """The stage as is, or skipping the frames `tracking.interval` leaves to the tracker."""
+    interval = config.tracking.interval if config.tracking else 0
+    return Scheduled(stage, Schedule(interval), last=last) if interval else stage
+
+
+def _step(config: Config, index: int) -> Step:
+    return resolve_step(config.steps[index], index, config.engine, audio_rate(config))
+
+
+def _preprocess(config: Config) -> Stage:
+    return _scheduled(config, Preprocess(build_task(config)))
+
+
+def _engine(config: Config, index: int = 0) -> Engine:
+    task = build_task(config)
+    axes = engine_axes(config, task)
+    return open_engine(config.engine, config.model.path, axes, engine_options(config, task, index))
+
+
+def engine_axes(config: Config, task: Task) -> dict[str, tuple[int, ...]]:
+    """The input axes the engine makes dynamic: the task's, plus the batch when batching is on (a
+    batch-of-1 export is rewritten where its graph allows it, else it runs frame by frame)."""
+    axes = task.dynamic_axes()
+    return with_batch_axis(axes, task.input_name) if config.engine.max_batch > 1 else axes
+
+
+def engine_options(config: Config, task: Task, index: int = 0) -> OpenOptions:
+    """Infer worker `index`'s GPU, and the task's data a TensorRT build needs (read only if built)."""
+    from framewire.app.engine_inputs import calibration_batches, source_input_shapes
+
+    calibration = config.engine.calibration
+    return OpenOptions(
+        device=device_of(config.engine, index),
+        input_shapes=functools.partial(source_input_shapes, task, config.sources),
+        calibration=(
+            functools.partial(calibration_batches, task, calibration.video, calibration.frames)
+            if calibration.video
+            else None
+        ),
+    )
+
+
+def _infer(config: Config) -> Stage:
+    infer = Infer(
+        build_task(config),
+        functools.partial(_engine, config),
+        max_batch=config.engine.max_batch,
+        max_delay_ms=config.engine.max_delay_ms,
+    )
+    return _scheduled(config, infer)
+
+
+def _postprocess(config: Config) -> Stage:
+    return _scheduled(config, Postprocess(build_task(config)), last=True)
+
+
+def _track(config: Config) -> TrackStage:
+    assert config.tracking is not None
+    return TrackStage(resolve_tracking(config.tracking.params))
+
+
+def _secondary_engine(config: Config, secondary: int, index: int = 0) -> Engine:
+    """A secondary model's engine in worker `index`: its task's axes plus the batch of crops."""
+    item = config.secondary[secondary]
+    task = build_secondaries(config)[secondary].task
+    axes = with_batch_axis(task.dynamic_axes(), task.input_name)
+    return open_engine(config.engine, item.path, axes, OpenOptions(device=device_of(config.engine, index)))
+
+
+def _cascade(config: Config) -> CascadeStage:
+    return CascadeStage(build_secondaries(config), functools.partial(_secondary_engine, config))
+
+
+def _after_model(config: Config) -> list[tuple[str, int, Any]]:
+    """The stages between postprocess and composite: tracking, then the secondary models."""
+    stages: list[tuple[str, int, Any]] = []
+    if config.tracking:
+        stages.append((TRACK, config.stages.track.workers, functools.partial(_track, config)))
+    if config.secondary:
+        stages.append((SECONDARY, config.stages.secondary.workers, functools.partial(_cascade, config)))
+    return stages
+
+
+def _composite(config: Config) -> CompositeStage:
+    return CompositeStage(build_composites(config))
+
+
+def _fused(config: Config) -> Fused:
+    stages: list[tuple[str, Any]] = [
+        *((step.stage, _step(config, i)) for i, step in enumerate(config.steps)),
+        (PREPROCESS, _preprocess(config)),
+        (INFER, _infer(config)),
+        (POSTPROCESS, _postprocess(config)),
+    ]
+    stages += [(name, factory()) for name, _, factory in _after_model(config)]
+    if config.composite:
+        stages.append((COMPOSITE, _composite(config)))
+    return Fused(stages)
+
+
+def _outputs(config: Config) -> Outputs:
+    return Outputs([(output_name(i, out.kind), _output(config, i)) for i, out in enumerate(config.outputs)])
+
+
+def _output(config: Config, index: int) -> Any:
+    out = config.outputs[index]
+    if isinstance(out, VideoFileOutput):
+        return VideoFileSink(out)
+    if isinstance(out, JsonlOutput):
+        return JsonlSink(out)
+    if isinstance(out, ZmqOutput):
+        return ZmqSink(out)
+    raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
+
+
+def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
+    # A file, a live stream or camera, or a ZeroMQ source; with audio, held for the steps' `need`.
+    return build_source(source, need, slots)
+
+
+def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The frame pool regions of a source: its frames, the model input, and the composited frame."""
+    width, height = int(info["width"]), int(info["height"])
+    spec = build_task(config).input_spec(width, height)
+    regions: dict[str, tuple[tuple[int, ...], str]] = {
+        "image": ((height, width, 3), "uint8"),
+        "input": (tuple(int(d) for d in spec.shape), str(spec.dtype)),  # type: ignore[arg-type]
+    }
+    if config.composite:
+        regions["output"] = ((height, width, 3), "uint8")
+    return regions
+
+
+def check(config: Config) -> Task:
+    """Everything `validate` checks without running: task and composite parameters, the model file
+    and that its inputs and outputs fit the task."""
+    from framewire.engines.onnx_model import describe
+
+    task = build_task(config)
+    build_composites(config)
+    steps = build_steps(config)
+    model = Path(config.model.path)
+    if not model.is_file():
+        raise ConfigError(f"model.path: model file not found: {config.model.path}")
+    inputs, outputs = describe(str(model), task.dynamic_axes())
+    task.check_model(inputs, outputs)
+    check_cascade(config, task)
+    check_audio(config, task, steps)
+    return task
+
+
+def check_cascade(config: Config, task: Task) -> None:
+    """Secondary models and tracking need a primary that gives boxes, and classes it has."""
+    follows = [f"secondary.{i}" for i in range(len(config.secondary))]
+    follows += ["tracking"] if config.tracking else []
+    if follows and not task.gives_boxes:
+        raise ConfigError(
+            f"{follows[0]}: needs a model that gives boxes, but model.task {config.model.task!r} gives none "
+            f"(detection, face_detection, text_detection do)"
+        )
+    labels = task.labels()
+    for i, secondary in enumerate(build_secondaries(config)):
+        class_filter(secondary.classes, labels, len(labels) if labels else None, f"secondary.{i}.classes")
+    if config.tracking:
+        params = resolve_tracking(config.tracking.params)
+        class_filter(params.classes, labels, len(labels) if labels else None, "tracking.classes")
+
+
+def build_plan(
+    config: Config, *, log_level: int = logging.WARNING, log_format: str = "text", check_engine: bool = True
+) -> Plan:
+    """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
+    command on a host that runs another stage than infer."""
+    check(config)
+    if check_engine:
+        preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
+    middle: list[tuple[str, int, Any]] = [
+        *((step.stage, step.workers, functools.partial(_step, config, i)) for i, step in enumerate(config.steps)),
+        (PREPROCESS, config.stages.preprocess.workers, functools.partial(_preprocess, config)),
+        (INFER, infer_workers(config.engine), functools.partial(_infer, config)),
+        (POSTPROCESS, config.stages.postprocess.workers, functools.partial(_postprocess, config)),
+    ]
+    middle += _after_model(config)
+    if config.composite:
+        middle.append((COMPOSITE, config.stages.composite.workers, functools.partial(_composite, config)))
+    members: dict[str, tuple[str, ...]] = {}
+    if config.stages.fuse:
+        members[INFER] = tuple(name for name, _, _ in middle)
+        middle = [(INFER, infer_workers(config.engine), functools.partial(_fused, config))]
+    outputs = tuple(
+        (output_name(i, out.kind), functools.partial(_output, config, i)) for i, out in enumerate(config.outputs)
+    )
+    if config.stages.fuse_outputs and len(outputs) > 1:
+        members[OUTPUTS] = tuple(name for name, _ in outputs)
+        outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
+    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source) for s in config.sources)
+    t = config.transport
+    return Plan(
+        middle=tuple(middle),
+        outputs=outputs,
+        sources=sources,
+        slot_layout=functools.partial(slot_layout, config),
+        slots_per_source=t.slots_per_source,
+        credits_per_worker=t.credits_per_worker,
+        max_restarts=t.max_restarts,
+        shutdown_timeout_s=t.shutdown_timeout_s,
+        skip_failed_frames=config.stages.on_frame_error == "skip",
+        stall_timeout_s=config.stages.stall_timeout_s,
+        stage_credits={INFER: max(t.credits_per_worker, 2 * config.engine.max_batch)},
+        ipc_dir=t.ipc_dir,
+        log_level=log_level,
+        log_format=log_format,
+        preload=PRELOAD,
+        http=_http(config),
+        make_source=functools.partial(make_source, config),
+        members=members,
+        ordered=frozenset(name for name, _, factory in middle if factory().ordered),
+        restartable=frozenset(name for name, _, _ in middle),
+        remote=_remote(config),
+    )
+
+
+def _remote(config: Config) -> RemoteSettings | None:
+    t = config.transport
+    if t.listen is None:
+        return None
+    return RemoteSettings(
+        listen=t.listen,
+        curve_secret_key=t.curve_secret_key,
+        curve_clients=t.curve_clients,
+        timeout_s=t.remote_timeout_s,
+        wait_s=t.remote_wait_s,
+        remote_only=frozenset(t.remote_stages),
+    )
+
+
+def _http(config: Config) -> HttpSettings | None:
+    h = config.http
+    if not h.enabled:
+        return None
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+
+
+def source_plan(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
+    return SourcePlan(
+        source.id,
+        functools.partial(_source, source, need, slots),
+        SourceOptions(
+            policy=source.policy,
+            realtime=source.realtime,
+            max_frames=source.max_frames,
+            max_staleness_ms=source.max_staleness_ms,
+            latency_budget_ms=source.latency_budget_ms,
+        ),
+    )
+
+
+def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
+    """A source added at run time (control API): validated like a `sources:` item of the config."""
+    from pydantic import ValidationError
+
+    from framewire.config import describe_validation_error, resolve_inputs
+
+    try:
+        source = SourceConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, "source")) from None
+    resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
+    path = local_path(resolved.sources[0].uri)
+    kind = source_kind(resolved.sources[0].uri)
+    if path is not None and kind in ("file", "camera") and not Path(path).exists():
+        # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
+        raise ConfigError(f"source.uri: {kind} not found: {redact(resolved.sources[0].uri)}")
+    if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
+        check_audio(resolved, build_task(config), build_steps(config))
+    return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)

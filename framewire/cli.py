@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""framewire command line: run the daemon on a config, validate a config, read a zmq output.
+Installed, the same command is `framewire`.
+
+    python run_pipeline.py                      # the default job: configs/default.yaml
+    python run_pipeline.py run -c FILE [--set key.path=value ...]
+    python run_pipeline.py validate -c FILE
+    python run_pipeline.py subscribe --endpoint tcp://127.0.0.1:5560
+    python run_pipeline.py worker -c FILE --stage infer --connect tcp://HOST:5570  # on another host
+
+`--debug`, `-v` and `--log-format` go before or after the command. Exit codes: 0 done, 1 runtime
+failure, 2 bad config or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from framewire.app.commands import DEFAULT_CONFIG, MODULES, add_config_args, load_job
+
+if TYPE_CHECKING:
+    from framewire.config import Config
+    from framewire.app.compose import Task
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The flags every command takes, before or after its name. A command's own copy has no
+    defaults (SUPPRESS), so it never overwrites one given before the command."""
+    keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs", **keep)
+    parser.add_argument("-v", "--verbose", action="store_true", help="informational logs", **keep)
+    parser.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON objects",
+                        **(keep or {"default": "text"}))  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "framewire",
+        description="framewire: real-time video inference daemon. With no command, runs the default job.",
+    )
+    _global_flags(parser, defaults=True)
+    parser.add_argument("--version", action="version", version=f"framewire {_version()}")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
+    add_config_args(run)
+    run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+
+    validate = sub.add_parser("validate", help="check a config and its model against its task")
+    add_config_args(validate)
+
+    subscribe = sub.add_parser("subscribe", help="print what a zmq output sends")
+    subscribe.add_argument("--endpoint", required=True, help="e.g. tcp://127.0.0.1:5560")
+    subscribe.add_argument("--mode", choices=("sub", "pull"), default="sub", help="sub for pub, pull for push")
+    subscribe.add_argument("--topic", default="", help="only this source id (sub mode)")
+    subscribe.add_argument("--count", type=int, default=0, help="exit after this many messages")
+    subscribe.add_argument("--timeout", type=float, default=0.0, help="exit after this many idle seconds")
+    subscribe.add_argument("--until-eos", action="store_true", help="exit once every source seen has ended")
+    subscribe.add_argument("--save-images", metavar="DIR", help="write the JPEG parts into DIR")
+    subscribe.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the output's public certificate")
+    subscribe.add_argument(
+        "--client-key", metavar="FILE", help="CurveZMQ: this client's secret certificate (default: a new pair)"
+    )
+
+    keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
+    keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
+    keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
+
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        module.register(sub, add_config_args)
+    for command in sub.choices.values():
+        if "-" in command.prefix_chars:  # not `bench`, which hands its arguments on as they are
+            _global_flags(command, defaults=False)
+    return parser
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("framewire")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
+    from framewire.pipeline import logs
+    from framewire.pipeline.errors import FramewireError
+
+    logs.configure(level, args.log_format)
+    command = args.command or "run"
+    if args.command is None:
+        args.config, args.overrides, args.no_progress = str(DEFAULT_CONFIG), [], False
+    try:
+        if command == "run":
+            return _run(args, level)
+        if command == "validate":
+            return _validate(args)
+        if command == "subscribe":
+            return _subscribe(args)
+        if command == "keys":
+            return _keys(args)
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            raise AssertionError(command)
+        return int(handler(args))
+    except FramewireError as exc:
+        if args.debug:
+            raise
+        print(f"framewire: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from framewire.app.compose import check
+
+    config = load_job(args)
+    task = check(config)
+    print(
+        f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
+        f"{len(config.outputs)} output(s))"
+    )
+    _describe_models(config, task)
+    return 0
+
+
+def _describe_models(config: Config, task: Task) -> None:
+    """How each model is read (format, input, labels): what a user bringing a model checks first."""
+    from framewire.app.compose import build_secondaries
+
+    if task.summary():
+        print(f"  model: {task.summary()}")
+    for i, secondary in enumerate(build_secondaries(config)):
+        if secondary.task.summary():
+            print(f"  secondary.{i} ({secondary.name}): {secondary.task.summary()}")
+    if config.tracking:
+        interval = config.tracking.interval
+        every = f", the model on one frame in {interval + 1}" if interval else ""
+        print(f"  tracking: {config.tracking.kind}{every}")
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.monotonic()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and (total is None or done < total):
+            return
+        self._last = now
+        fps = done / max(now - self.started, 1e-6)
+        if total:
+            width = 30
+            filled = int(width * min(done, total) / total)
+            bar = "#" * filled + "-" * (width - filled)
+            line = f"\r[{bar}] {done}/{total} frames {fps:5.1f} fps"
+        else:
+            line = f"\r{done} frames {fps:5.1f} fps"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled and self._last:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _run(args: argparse.Namespace, level: int) -> int:
+    from framewire.app.preload import PRELOAD
+    from framewire.pipeline.worker.forkserver import start_early
+
+    start_early(PRELOAD)  # the workers' imports run beside ours, not after them
+    from framewire.app.compose import build_plan
+    from framewire.pipeline.run.supervisor import Supervisor
+
+    config = load_job(args)
+    plan = build_plan(config, log_level=level, log_format=args.log_format)
+    progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
+    report = Supervisor(plan, progress=progress).run()
+    progress.end()
+    total = sum(report.frames.values())
+    fps = total / report.elapsed_s if report.elapsed_s > 0 else 0.0
+    for source_id, frames in report.frames.items():
+        extra = []
+        read = report.read.get(source_id, frames)
+        if read != frames:
+            extra.append(f"{read} read")
+        if report.dropped.get(source_id):
+            extra.append(f"{report.dropped[source_id]} dropped")
+        if report.failed.get(source_id):
+            extra.append(f"{report.failed[source_id]} failed")
+        if source_id in report.source_errors:
+            extra.append("error")
+        note = f" ({', '.join(extra)})" if extra else ""
+        print(f"{source_id}: {frames} frames{note}", file=sys.stderr)
+    restarts = sum(report.restarts.values())
+    print(
+        f"framewire: {total} frames in {report.elapsed_s:.1f} s ({fps:.1f} fps)"
+        + (f", {restarts} worker restart(s)" if restarts else "")
+        + (", stopped early" if report.stopped else ""),
+        file=sys.stderr,
+    )
+    if report.exit_code:
+        print(f"framewire: error: {report.error}", file=sys.stderr)
+    return report.exit_code
+
+
+def _subscribe(args: argparse.Namespace) -> int:
+    """framewire.client.Client, printing each header as one JSON line."""
+    from framewire.client import Client, FrameRecord
+
+    if args.save_images:
+        os.makedirs(args.save_images, exist_ok=True)
+    received = 0
+    with Client(args.endpoint, mode=args.mode, topics=(args.topic,), server_key=args.server_key,
+                client_key=args.client_key) as client:  # fmt: skip
+        try:
+            for message in client.messages(until_eos=args.until_eos, idle_timeout=args.timeout or None,
+                                           count=args.count or None):  # fmt: skip
+                if isinstance(message, FrameRecord) and message.jpeg is not None and args.save_images:
+                    Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(message.jpeg)
+                print(json.dumps(message.header, separators=(",", ":")), flush=True)
+                received += 1
+        finally:
+            if client.lost:
+                per_source = ", ".join(f"{s}: {n}" for s, n in sorted(client.lost_by_source.items()))
+                print(f"framewire: {client.lost} message(s) lost: this subscriber fell behind the pub "
+                      f"output ({per_source})", file=sys.stderr)  # fmt: skip
+    return 0 if received or not args.timeout else 1
+
+
+def _keys(args: argparse.Namespace) -> int:
+    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start."""
+    import zmq.auth
+
+    os.makedirs(args.dir, exist_ok=True)
+    old = os.umask(0o077)
+    try:
+        public, secret = zmq.auth.create_certificates(args.dir, args.name)
+    finally:
+        os.umask(old)
+    os.chmod(secret, 0o600)
+    os.chmod(public, 0o644)  # the public half is meant to be handed out
+    print(f"public: {public}\nsecret: {secret}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

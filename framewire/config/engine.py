@@ -1,0 +1,129 @@
+"""`model:` and `engine:`: the model and its task, and the backend that runs it."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from framewire.config.base import _Model
+
+
+class ModelConfig(BaseModel):
+    """The model and its task; the task's own parameters sit beside `path` and `task`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    path: str = Field(description="The ONNX model file.")
+    task: str = Field(
+        description="The model family: face_detection, matting, or `package.module:Class`."
+    )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The task parameters: every key but `path` and `task`."""
+        return dict(self.model_extra or {})
+
+
+class Backend(str, Enum):
+    AUTO = "auto"
+    ONNXRUNTIME = "onnxruntime"
+    TENSORRT = "tensorrt"
+
+
+class CalibrationConfig(_Model):
+    """INT8 calibration: frames of a video, through the task's own preprocessing."""
+
+    video: str | None = Field(
+        default=None, description="Video whose frames calibrate INT8 (required for precision int8)."
+    )
+    frames: int = Field(default=256, ge=1, description="Frames of the video used for calibration.")
+    batch: int = Field(default=8, ge=1, le=256, description="Frames per calibration batch.")
+
+
+class EngineConfig(_Model):
+    backend: Backend = Field(
+        default=Backend.AUTO,
+        description="Inference backend; auto picks the best one available on this machine.",
+    )
+    providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = Field(
+        default=("cpu",),
+        description="ONNX Runtime execution providers, in priority order (backend onnxruntime; "
+        "auto picks its own).",
+    )
+    threads: int = Field(
+        default=0, ge=0, description="Intra-op threads per infer process; 0 lets the runtime decide."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        default="all", description="ONNX Runtime graph optimisation level."
+    )
+    processes_per_device: int = Field(
+        default=1, ge=1, le=64, description="Infer processes per device (CPU counts as one device)."
+    )
+    max_batch: int = Field(
+        default=1, ge=1, le=256, description="Dynamic batching: frames (of any source) per inference."
+    )
+    max_delay_ms: float = Field(
+        default=2.0, ge=0, le=1000, description="Dynamic batching: how long a batch waits to fill."
+    )
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        default="fp32",
+        description="TensorRT (native or ONNX Runtime's provider) precision; int8 needs calibration.",
+    )
+    devices: tuple[int, ...] = Field(
+        default=(0,),
+        min_length=1,
+        description="GPU ids; a GPU backend runs len(devices) x processes_per_device infer processes.",
+    )
+    min_batch: int = Field(default=1, ge=1, le=256, description="TensorRT profile: smallest batch.")
+    opt_batch: int | None = Field(
+        default=None, ge=1, le=256, description="TensorRT profile: batch tuned for; None = max_batch."
+    )
+    cache_dir: str | None = Field(
+        default=None,
+        description="TensorRT engines, timing and calibration caches, optimised models; "
+        "None = ~/.cache/framewire/engines.",
+    )
+    optimized_model_cache: bool = Field(
+        default=False,
+        description="ONNX Runtime: save the optimised graph in cache_dir and load it next time.",
+    )
+    calibration: CalibrationConfig = Field(
+        default_factory=CalibrationConfig, description="INT8 calibration data."
+    )
+    cuda_graph: bool = Field(
+        default=False, description="TensorRT: capture each input shape's launch as a CUDA graph."
+    )
+    workspace_mb: int = Field(
+        default=2048, ge=16, description="TensorRT build: workspace memory pool limit in MiB."
+    )
+    gpu_mem_limit_mb: int | None = Field(
+        default=None,
+        ge=64,
+        description="ONNX Runtime CUDA provider: memory arena limit per infer process in MiB; "
+        "None = 90% of the GPU's memory shared among processes_per_device (no limit with one).",
+    )
+    cudnn_conv_algo_search: Literal["exhaustive", "heuristic", "default"] | None = Field(
+        default=None,
+        description="ONNX Runtime CUDA provider: how cuDNN picks convolution algorithms; None = "
+        "exhaustive with one process per GPU, heuristic with more (exhaustive search allocates "
+        "large workspaces that several processes on one GPU would fight over).",
+    )
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_are_ids(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(d < 0 for d in value) or len(set(value)) != len(value):
+            raise ValueError("must be distinct GPU ids >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _profile_in_order(self) -> EngineConfig:
+        opt = self.opt_batch if self.opt_batch is not None else self.max_batch
+        if not self.min_batch <= opt <= self.max_batch:
+            raise ValueError(
+                f"batch profile must satisfy min_batch <= opt_batch <= max_batch "
+                f"(got {self.min_batch}, {opt}, {self.max_batch})"
+            )
+        return self

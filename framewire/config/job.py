@@ -1,0 +1,247 @@
+"""The whole config (`Config`) and its job-wide parts: stages, transport and HTTP."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from framewire.pipeline import uris
+from framewire.config.base import _Model
+from framewire.config.cascade import SecondaryConfig, TrackingConfig
+from framewire.config.engine import EngineConfig, ModelConfig
+from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
+from framewire.config.sources import SourceConfig
+from framewire.config.steps import StepConfig
+from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK, output_name
+
+
+class StageConfig(_Model):
+    workers: int = Field(default=1, ge=1, le=64, description="Processes running this stage.")
+
+
+class StagesConfig(_Model):
+    preprocess: StageConfig = Field(default_factory=StageConfig, description="Preprocess stage.")
+    postprocess: StageConfig = Field(default_factory=StageConfig, description="Postprocess stage.")
+    composite: StageConfig = Field(default_factory=StageConfig, description="Composite stage.")
+    track: StageConfig = Field(
+        default_factory=StageConfig,
+        description="Tracking stage: each source sticks to one worker, so more workers help only with "
+        "more sources.",
+    )
+    secondary: StageConfig = Field(
+        default_factory=StageConfig,
+        description="Secondary models stage (one process runs every secondary model; with "
+        "reinfer_every its sources stick to one worker, as tracking's do).",
+    )
+    fuse: bool = Field(
+        default=False,
+        description="Run preprocess, postprocess, track, secondary and composite inside each infer process "
+        "instead of processes of their own (their `workers` are then unused): fewer hops per frame, "
+        "faster when those stages are light and cores are few (docs/benchmarks.md, Fused stages).",
+    )
+    fuse_outputs: bool = Field(
+        default=False,
+        description="Run every output in one process instead of one process each: fewer hops per "
+        "frame; an output that is slow holds the others up.",
+    )
+    stall_timeout_s: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="A worker that has held a frame this long without answering is taken as hung: "
+        "it is killed, counted (framewire_worker_stalls_total) and restarted like a worker that "
+        "died, and its frames go to the next worker. null: never.",
+    )
+    on_frame_error: Literal["skip", "fail"] = Field(
+        default="skip",
+        description="A frame a stage fails on: skip passes it on unprocessed (counted, and the "
+        "job exits 1); fail ends the job at once.",
+    )
+
+
+class TransportConfig(_Model):
+    slots_per_source: int = Field(
+        default=16, ge=2, le=1024, description="Frame-pool slots per source: frames in flight."
+    )
+    credits_per_worker: int = Field(
+        default=2, ge=1, le=64, description="Frames a worker may hold at once (1 working, rest queued)."
+    )
+    ipc_dir: str | None = Field(
+        default=None, description="Folder for the ipc:// sockets; a fresh temporary one by default."
+    )
+    shutdown_timeout_s: float = Field(
+        default=10.0, gt=0, description="On SIGINT/SIGTERM: how long to drain before stopping hard."
+    )
+    max_restarts: int = Field(
+        default=5, ge=0, description="Restarts of one stage's workers per minute before the job fails."
+    )
+    listen: str | None = Field(
+        default=None,
+        description="tcp://HOST:PORT where the hub also accepts workers from other hosts (the `worker` "
+        "command); null: local workers only. Off loopback it needs curve_secret_key.",
+    )
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="CurveZMQ on `listen`: the hub's secret certificate (`keys` makes one); workers "
+        "connect with its public half.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="CurveZMQ on `listen`: a folder of worker public certificates; only those may "
+        "join (required with curve_secret_key: a worker receives frames).",
+    )
+    allow_plaintext: bool = Field(
+        default=False,
+        description="Allow `listen` off loopback without CurveZMQ (a trusted, private network only).",
+    )
+    remote_stages: tuple[str, ...] = Field(
+        default=(),
+        description="Stages with no local worker, run only by `worker` commands on other hosts: "
+        "preprocess, infer, postprocess, composite, or an output by name (output0.video_file, ...); "
+        "with stages.fuse, infer runs preprocess to composite, and with stages.fuse_outputs, outputs "
+        "runs every output.",
+    )
+    remote_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A remote worker silent this long (no result, no ping) is lost; its frames go "
+        "to other workers.",
+    )
+    remote_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fail the job when a remote_stages stage has had no worker this long; null: wait.",
+    )
+
+    @model_validator(mode="after")
+    def _listen_is_safe(self) -> TransportConfig:
+        if self.listen is None:
+            if self.remote_stages or self.curve_secret_key or self.curve_clients:
+                raise ValueError("transport.listen: remote_stages and curve keys need a tcp://HOST:PORT to listen on")
+            return self
+        found = re.match(r"^tcp://(\[[0-9a-fA-F:]+\]|[^/:\[\]]+):(\d{1,5})$", self.listen)
+        if not found or not 0 < int(found.group(2)) < 65536:
+            raise ValueError(f"transport.listen: expected tcp://HOST:PORT, got {self.listen!r}")
+        if self.curve_secret_key and not self.curve_clients:
+            raise ValueError(
+                "transport.curve_clients: required with transport.curve_secret_key (a folder of the "
+                "workers' public certificates: a worker receives frames, so only known ones may join)"
+            )
+        if self.curve_clients and not self.curve_secret_key:
+            raise ValueError("transport.curve_secret_key: required with transport.curve_clients")
+        if not self.curve_secret_key and not self.allow_plaintext and not uris.is_loopback(found.group(1)):
+            raise ValueError(
+                f"transport.listen: {self.listen} is reachable from other hosts: set "
+                "transport.curve_secret_key and transport.curve_clients (or transport.allow_plaintext: "
+                "true on a trusted network)"
+            )
+        return self
+
+
+class HttpConfig(_Model):
+    enabled: bool = Field(default=False, description="Serve /metrics, /healthz and the control API.")
+    host: str = Field(
+        default="127.0.0.1", description="Address to listen on; anything but loopback needs a token."
+    )
+    port: int = Field(default=8700, ge=0, le=65535, description="TCP port; 0 picks a free one (logged).")
+    token: str | None = Field(
+        default=None, description="Bearer token the control endpoints require (metrics and health are open)."
+    )
+    keep_running: bool = Field(
+        default=False,
+        description="Stay up when every source has ended, for sources added through the control API.",
+    )
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> HttpConfig:
+        if self.enabled and self.host not in ("127.0.0.1", "localhost", "::1") and not self.token:
+            raise ValueError(f"http.host: listening on {self.host!r} needs http.token")
+        return self
+
+
+class Config(_Model):
+    version: Literal[1] = Field(default=1, description="Config format version.")
+    sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
+    model: ModelConfig = Field(description="The model and its task.")
+    secondary: tuple[SecondaryConfig, ...] = Field(
+        default=(), description="Models run on crops of the model's detections (a cascade), in order."
+    )
+    tracking: TrackingConfig | None = Field(
+        default=None, description="Track the model's detections per source (a track_id on each); null: off."
+    )
+    steps: tuple[StepConfig, ...] = Field(
+        default=(),
+        description="Stages run on each frame before preprocessing, in order: audio features, voice "
+        "activity, the region a generator works on (README, Audio).",
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
+    composite: tuple[CompositeConfig, ...] = Field(
+        default=(), description="Drawing steps applied, in order, to each frame before the outputs."
+    )
+    outputs: tuple[Output, ...] = Field(min_length=1, description="Where results go.")
+    stages: StagesConfig = Field(default_factory=StagesConfig, description="Stage workers.")
+    transport: TransportConfig = Field(default_factory=TransportConfig, description="Links and pool.")
+    http: HttpConfig = Field(default_factory=HttpConfig, description="Metrics, health and control over HTTP.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        seen: set[str] = set()
+        for i, source in enumerate(self.sources):
+            if source.id in seen:
+                raise ValueError(f"sources.{i}.id: duplicate source id {source.id!r}")
+            seen.add(source.id)
+        paths: set[str] = set()
+        endpoints: set[str] = set()
+        for i, out in enumerate(self.outputs):
+            if isinstance(out, VideoFileOutput | JsonlOutput):
+                if len(self.sources) > 1 and "{source_id}" not in out.path:
+                    raise ValueError(
+                        f"outputs.{i}.path: {out.path!r} needs {{source_id}} with several sources"
+                    )
+                if out.path in paths:
+                    raise ValueError(f"outputs.{i}.path: {out.path!r} is written by two outputs")
+                paths.add(out.path)
+            elif isinstance(out, ZmqOutput):
+                if out.endpoint in endpoints:
+                    raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
+                endpoints.add(out.endpoint)
+        self._check_secondary()
+        self._steps_fit()
+        names = self.stage_names()
+        for name in self.transport.remote_stages:
+            if name not in names:
+                raise ValueError(
+                    f"transport.remote_stages: {name!r} is not a stage of this job ({', '.join(names)})"
+                )
+        return self
+
+    def _check_secondary(self) -> None:
+        names: set[str] = set()
+        for i, item in enumerate(self.secondary):
+            if item.name in names:
+                raise ValueError(f"secondary.{i}.name: duplicate name {item.name!r}")
+            names.add(item.name)
+            if item.reinfer_every is not None and self.tracking is None:
+                raise ValueError(f"secondary.{i}.reinfer_every: needs tracking: (a track id on each object)")
+
+    def _steps_fit(self) -> None:
+        seen = {PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE, OUTPUTS}
+        for i, step in enumerate(self.steps):
+            if step.stage in seen or step.stage.startswith("output"):
+                raise ValueError(f"steps.{i}.name: {step.stage!r} is already a stage name; name the step")
+            seen.add(step.stage)
+
+    def stage_names(self) -> list[str]:
+        """The job's stages after decode, as the hub and the `worker` command name them: with
+        `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
+        (and more than one output), one `outputs` stage runs every output."""
+        names = [s.stage for s in self.steps] + [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])
+        names += ([SECONDARY] if self.secondary else []) + ([COMPOSITE] if self.composite else [])
+        if self.stages.fuse:
+            names = [INFER]
+        outputs = [output_name(i, out.kind) for i, out in enumerate(self.outputs)]
+        if self.stages.fuse_outputs and len(outputs) > 1:
+            outputs = [OUTPUTS]
+        return names + outputs

@@ -1,0 +1,225 @@
+"""Loading a config: YAML, `--set` overrides, validation into one-line errors, input paths."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from framewire.config import env, keys
+from framewire.config.job import Config
+from framewire.pipeline.errors import ConfigError
+
+
+def load_config(
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Read a YAML config (or `text`), apply `key.path=value` overrides, fill in `${VAR}`s from
+    `environ` (the process's environment by default), validate.
+
+    Raises ConfigError with one line naming the file, the key path and the bad value.
+    """
+    return validate_config(load_raw(path, overrides, text=text, environ=environ), str(path))
+
+
+def load_raw(
+    path: str | Path, overrides: Sequence[str] = (), *, text: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """`load_config` before validation: the mapping to validate (framewire.embed adds an output)."""
+    name = str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{name}: cannot read config file: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{name}:{where}: not valid YAML: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    for item in overrides:
+        apply_override(raw, item)
+    try:
+        expanded: dict[str, Any] = env.expand(raw, environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return expanded
+
+
+def validate_config(raw: Mapping[str, Any], name: str = "config") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{name}: {describe_validation_error(exc, model=Config)}") from None
+
+
+def describe_validation_error(
+    exc: ValidationError, prefix: str = "", *, model: type[BaseModel] | None = None, also_known: Sequence[str] = ()
+) -> str:
+    """One line for the first error, unknown keys first: `key.path: what is wrong (got value)`,
+    plus how many more. With `model` (what was validated), an unknown key gets a "did you mean"
+    among the keys its mapping takes (and `also_known`, keys taken before validation)."""
+    errors = _useful(exc.errors(include_url=False))
+    hints = {tuple(e["loc"]): _hint(e, model, also_known) for e in errors if e["type"] == "extra_forbidden"}
+    # A misspelt required key also shows as missing: the unknown key, with its hint, says it all.
+    hinted = {loc[:-1] + (hint,) for loc, hint in hints.items() if hint}
+    errors = [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in hinted)]
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")  # stable: the rest keep their order
+    first = errors[0]
+    loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
+    key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        hint = hints.get(tuple(first["loc"]))
+        line = f"{key}: unknown key" + (f" (did you mean {hint}?)" if hint else "")
+    elif first["type"] == "missing":
+        line = f"{key}: required key is missing"
+    elif first["type"] == "value_error" and _KEYED.match(msg):
+        line = _keyed(key if loc or prefix else "", msg)
+    else:
+        got = first.get("input")
+        line = f"{key}: {msg} (got {_short(got)})" if not isinstance(got, dict) else f"{key}: {msg}"
+    if len(errors) > 1:
+        line += f" (and {len(errors) - 1} more)"
+    return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the value holds
+
+
+_KEYED = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*: ")
+"""A validator's message that starts with the key it is about: `listen: ...` or `transport.listen: ...`."""
+
+
+def _keyed(key: str, msg: str) -> str:
+    """One prefix, not two: a message that names its key in full stays as it is (`http.host: ...`
+    under `http`), one that names it from inside the mapping gets the mapping's path in front."""
+    named = msg.split(": ", 1)[0]
+    if not key or named == key or named.startswith(key + "."):
+        return msg
+    return f"{key}.{msg}"
+
+
+def _useful(errors: list[Any]) -> list[Any]:
+    """A failing item also fails its list's length check; the item's own error is the useful one."""
+    locs = [tuple(e["loc"]) for e in errors]
+    return [e for e in errors if not any(len(o) > len(e["loc"]) and o[: len(e["loc"])] == tuple(e["loc"]) for o in locs)]
+
+
+def _hint(error: Any, model: type[BaseModel] | None, also_known: Sequence[str]) -> str | None:
+    loc = tuple(error["loc"])
+    known = list(also_known) if len(loc) == 1 else []
+    if model is not None:
+        known += keys.known_keys(model, loc[:-1])
+    return keys.suggest(str(loc[-1]), known)
+
+
+def _is_union_tag(part: object) -> bool:
+    return isinstance(part, str) and part in {"video_file", "jsonl", "zmq"}
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """Apply `a.b.0.c=value` to a raw config mapping. The value is parsed as YAML (`5`, `true`,
+    `[1, 2]`), except for a key that takes text: there it is kept as typed (`12345`, `no`, a `#`),
+    unless quoted; `null` clears a key that may be null."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected key.path=value")
+    key, _, text = item.partition("=")
+    parts = [p for p in key.strip().split(".")]
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError(f"--set {item!r}: empty key in {key!r}")
+    value = _override_value(key.strip(), parts, text)
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            if not part.isdigit():
+                raise ConfigError(f"--set {key}: {where!r} must be a list index")
+            index = int(part)
+            if index > len(node):
+                raise ConfigError(f"--set {key}: index {index} is past the end of a list of {len(node)}")
+            if index == len(node):
+                node.append({} if not last else value)
+            if last:
+                node[index] = value
+            else:
+                if not isinstance(node[index], dict | list):
+                    node[index] = {}
+                node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                child = node.get(part)
+                if not isinstance(child, dict | list):
+                    child = {}
+                    node[part] = child
+                node = child
+        else:
+            raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def _override_value(key: str, parts: list[str], text: str) -> Any:
+    is_text, nullable = keys.text_key(Config, parts)
+    stripped = text.strip()
+    if is_text:
+        if nullable and stripped in ("null", "~"):
+            return None
+        quoted = len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "'\""
+        if not quoted:
+            return text
+    try:
+        return yaml.safe_load(text) if stripped else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"--set {key}: the value is not valid YAML: {problem} (quote text that holds {{}}, [] or ': ')") from None
+
+
+def resolve_path(template: str, source_id: str) -> str:
+    """An output path with `{source_id}` filled in."""
+    return template.replace("{source_id}", source_id)
+
+
+def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
+    """Relative input paths (`model.path`, `secondary.N.path`, file sources) that do not exist from
+    the current folder but do under one of `roots` (the project), resolved there: the shipped configs
+    then run from anywhere. Output paths stay relative to the current folder."""
+
+    def find(path: str) -> str:
+        if "://" in path or Path(path).is_absolute() or Path(path).exists():
+            return path
+        for root in roots:
+            candidate = Path(root) / path
+            if candidate.exists():
+                return str(candidate)
+        return path
+
+    sources = tuple(
+        s.model_copy(update={"uri": find(s.uri), "audio": s.audio and s.audio.model_copy(update={"uri": find(s.audio.uri)})})
+        for s in config.sources
+    )
+    model = config.model.model_copy(update={"path": find(config.model.path)})
+    secondary = tuple(s.model_copy(update={"path": find(s.path)}) for s in config.secondary)
+    # A step's model file (`model:` of audio_features, vad, region) resolves like model.path.
+    steps = tuple(
+        s.model_copy(update={"model": find(s.params["model"])}) if isinstance(s.params.get("model"), str) else s
+        for s in config.steps
+    )
+    return config.model_copy(update={"sources": sources, "model": model, "secondary": secondary, "steps": steps})

@@ -1,0 +1,124 @@
+"""`composite:` and `outputs:`: what is drawn on the frames and where results go."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+
+from framewire.pipeline import paths
+from framewire.config.base import _Model
+
+
+class CompositeConfig(BaseModel):
+    """One drawing step; its parameters belong to the composite `kind`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: str = Field(
+        description="blur, pixelate, boxes (detections); background_replace, background_blur (mattes)."
+    )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class VideoFileOutput(_Model):
+    kind: Literal["video_file"] = Field(description="H.264 MP4 of the composited frames.")
+    path: str = Field(
+        description="Output file, a template: `{source_id}`, `{index}` (the segment's number, e.g. "
+        "`{index:04d}`) and `{start}` (when its first frame was read, UTC; a strftime spec such as "
+        "`{start:%Y%m%d-%H%M%S}`) are filled in."
+    )
+    crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
+    preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
+    audio: bool = Field(default=True, description="Copy the source's audio through when it has some.")
+    container: Literal["fmp4", "mp4"] = Field(
+        default="fmp4",
+        description="fmp4: fragmented MP4, playable up to its last complete fragment even when the "
+        "process is killed; mp4: one index written at the end, unplayable unless closed cleanly.",
+    )
+    fragment_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="fmp4: a keyframe and a fragment at least this often: what a crash may lose.",
+    )
+    segment_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Start a new file every this many seconds of video (the path needs {index} or "
+        "{start}); each closed segment is announced. null: one file per source.",
+    )
+    keep_segments: int | None = Field(
+        default=None, ge=1, description="Retention: keep at most this many segment files per source."
+    )
+    keep_bytes: ByteSize | None = Field(
+        default=None, description="Retention: keep at most this much per source (bytes, or '20GiB', '500MB')."
+    )
+    keep_age_s: float | None = Field(
+        default=None, gt=0, description="Retention: delete segment files older than this many seconds."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_template(cls, value: str) -> str:
+        paths.check(value)
+        return value
+
+    @model_validator(mode="after")
+    def _segments(self) -> VideoFileOutput:
+        names = {name for name, _ in paths.fields(self.path)}
+        if self.segment_s is not None and not names & {"index", "start"}:
+            raise ValueError(f"path: {self.path!r} needs {{index}} or {{start}} with segment_s (one file per segment)")
+        keep = [k for k in ("keep_segments", "keep_bytes", "keep_age_s") if getattr(self, k) is not None]
+        if keep and self.segment_s is None:
+            raise ValueError(f"{keep[0]}: retention needs segment_s (it deletes old segments)")
+        return self
+
+
+class JsonlOutput(_Model):
+    kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
+    path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_template(cls, value: str) -> str:
+        extra = {name for name, _ in paths.fields(value)} - {"source_id"}
+        if extra:
+            raise ValueError(f"only {{source_id}} is filled in a jsonl path, not {{{sorted(extra)[0]}}}")
+        return value
+
+
+class ZmqOutput(_Model):
+    kind: Literal["zmq"] = Field(description="Publish every frame's results on a ZeroMQ socket.")
+    endpoint: str = Field(
+        description="Where to bind, e.g. tcp://127.0.0.1:5560 or ipc:///tmp/framewire.sock."
+    )
+    mode: Literal["pub", "push"] = Field(
+        default="pub",
+        description="pub: fan-out, a slow subscriber loses messages; push: reliable, backpressure.",
+    )
+    jpeg: bool = Field(default=False, description="Append the composited frame as a JPEG part.")
+    jpeg_quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
+    hwm: int = Field(default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks.")
+    curve_secret_key: str | None = Field(
+        default=None,
+        description="CurveZMQ: this output's secret certificate (`keys` makes one); encrypts the socket.",
+    )
+    curve_clients: str | None = Field(
+        default=None,
+        description="CurveZMQ: a folder of client public certificates; only those may connect.",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_scheme(cls, value: str) -> str:
+        if not re.match(r"^(tcp|ipc|inproc)://.+", value):
+            raise ValueError("must start with tcp://, ipc:// or inproc://")
+        return value
+
+
+Output = Annotated[VideoFileOutput | JsonlOutput | ZmqOutput, Field(discriminator="kind")]

@@ -1,0 +1,88 @@
+"""Outputs' announcements, on the hub: checked, logged, counted, and handed to every output.
+
+A video_file output that cuts its recording in segments announces each closed one (an EVENT
+message, media.segments.Segment.event). The hub logs it, counts it in the metrics, and passes it to
+every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
+zmq output as a message on the source's topic. An event may come from a worker on another host, so
+it is checked first: a bad one is dropped and counted like any bad message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from typing import Any
+
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.plan import Plan
+from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.hub.peers import Roster
+
+log = logging.getLogger(__name__)
+
+MAX_EVENT_KEYS = 32
+MAX_DELETED = 1000
+
+FAMILIES = (  # declared with the others (pipeline.telemetry)
+    ("framewire_segments_total", "counter", "Video segments closed, per source and output."),
+    ("framewire_segment_bytes_total", "counter", "Bytes of the video segments closed, per source and output."),
+    ("framewire_segments_deleted_total", "counter", "Old video segments deleted by retention, per source and output."),
+)
+
+
+class Events:
+    """What the hub does with an EVENT from an output worker."""
+
+    def __init__(
+        self, metrics: Metrics, roster: Roster, plan: Plan, sources: Callable[[], Collection[str]]
+    ) -> None:
+        self.metrics = metrics
+        self.roster = roster
+        self.stages = plan.output_names
+        """The output stages: who gets the events."""
+        self.outputs = frozenset(plan.output_names).union(*(plan.members.get(n, ()) for n in plan.output_names))
+        """Every output's name, a fused stage's members included: what an event's `output` may say."""
+        self.sources = sources
+        """The sources the hub knows: what an event's `source` may say."""
+
+    def on_event(self, stage: str, event: Any) -> None:
+        problem = self._problem(event)
+        if problem is not None:
+            self.metrics.inc("framewire_bad_messages_total", reason="event")
+            log.warning("dropped a bad event from %s: %s", stage, problem)
+            return
+        source, output = event["source"], event["output"]
+        deleted = event.get("deleted") or []
+        self.metrics.inc("framewire_segments_total", source=source, output=output)
+        self.metrics.inc("framewire_segment_bytes_total", event["bytes"], source=source, output=output)
+        if deleted:
+            self.metrics.inc("framewire_segments_deleted_total", len(deleted), source=source, output=output)
+        log.info(
+            "source %s: segment %s closed (%d frames, %.1f s, %d bytes)%s",
+            source, event["path"], event["frames"], event.get("duration_s", 0.0), event["bytes"],
+            f"; retention deleted {len(deleted)} older file(s)" if deleted else "",
+        )  # fmt: skip
+        for name in self.stages:
+            for peer in self.roster.of(name):
+                if peer.ready:
+                    peer.send({"type": msg.EVENT, "event": event})
+
+    def _problem(self, event: Any) -> str | None:
+        """Why an event cannot be taken, or None."""
+        if not isinstance(event, dict) or len(event) > MAX_EVENT_KEYS:
+            return "not a map of at most 32 keys"
+        if event.get("event") != "segment":
+            return f"unknown event {str(event.get('event'))[:32]!r}"
+        if event.get("source") not in self.sources():
+            return f"unknown source {str(event.get('source'))[:64]!r}"
+        if event.get("output") not in self.outputs:
+            return f"unknown output {str(event.get('output'))[:64]!r}"
+        for key in ("frames", "bytes"):
+            if not isinstance(event.get(key), int) or event[key] < 0:
+                return f"{key} must be a count"
+        if not isinstance(event.get("path"), str):
+            return "path must be a string"
+        deleted = event.get("deleted") or []
+        if not isinstance(deleted, list) or len(deleted) > MAX_DELETED:
+            return "deleted must be a list of paths"
+        return None

@@ -1,0 +1,350 @@
+"""The sources as the hub sees them: their decode workers, frame pools, slots and counters.
+
+A source's decode worker says STREAM when it has opened its source: the hub makes the source's
+frame pool (its slots sized by the plan's slot layout for that stream) and sends it POOL; once
+every stage has a worker up, it GRANTs the slots. Each FRAME enters the routing; each slot comes
+back to the source (GRANT) when every output is done with its frame. EOS ends the source; STATS
+carry a live source's counters. A source whose outputs have all closed is retired: its pool is
+unlinked, and its record (state, counts, last error) stays in `ended` for `GET /sources` and the
+metrics until the control API removes it for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+from framewire.pipeline.wire.framepool import FramePool, PoolLayout, pool_name
+from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.hub.lifecycle import Lifecycle
+from framewire.pipeline.hub.peers import DecodeWorker
+from framewire.pipeline.hub.routing import FrameKey, Router
+
+log = logging.getLogger(__name__)
+
+OVER_BUDGET_LOG_S = 10.0
+"""A source over its latency budget is logged at once, then at most this often (with the count)."""
+
+
+@dataclass
+class SourceRecord:
+    """One source: its plan, decode worker, pool, and what happened to its frames."""
+
+    plan: SourcePlan
+    worker: DecodeWorker | None = None
+    info: dict[str, Any] | None = None
+    pool: FramePool | None = None
+    ring: AudioRing | None = None
+    """The source's audio ring (pipeline.audioring), when its stream asked for one."""
+    ungranted: list[int] = field(default_factory=list)
+    stopping: bool = False
+    closed: set[str] = field(default_factory=set)
+    """Outputs that closed the source's files."""
+    done_frames: int = 0
+    read: int | None = None
+    """Frames its decode worker delivered, known at its end of stream."""
+    failed: int = 0
+    dropped: int = 0
+    error: str | None = None
+    # Live sources: decode's STATS (increments) and the stale drops counted here.
+    stale: int = 0
+    reconnects: int = 0
+    offline_s: float = 0.0
+    online: bool = True
+    corrupt: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    over_budget: int = 0
+    over_budget_logged: tuple[float, int] | None = None
+    """When the last over-budget warning went out (monotonic) and the count it gave."""
+    audio: dict[str, float] = field(default_factory=dict)
+    """Audio counters from decode's STATS: windows by what the missing-audio policy did, gap seconds."""
+
+    @property
+    def source_id(self) -> str:
+        return self.plan.source_id
+
+    def give_slot(self, slot: int) -> None:
+        """A slot is free again: back to the decode worker (unless it has ended)."""
+        if self.worker is not None and not self.worker.finished and slot >= 0:
+            self.worker.send({"type": msg.GRANT, "slots": [slot]})
+
+    def output_late(self, seq: int, latency_ms: float) -> None:
+        """Count a frame output after the source's latency budget; warn now and then, not per frame."""
+        budget = self.plan.options.latency_budget_ms
+        if not budget or latency_ms <= budget:
+            return
+        self.over_budget += 1
+        now = time.monotonic()
+        last = self.over_budget_logged
+        if last is None or now - last[0] >= OVER_BUDGET_LOG_S:
+            since = self.over_budget - (last[1] if last else 0)
+            log.warning(
+                "source %s: seq %d took %.0f ms end to end, over its latency budget of %g ms "
+                "(%d frame(s) over since the last warning, %d in all)",
+                self.source_id, seq, latency_ms, budget, since, self.over_budget,
+            )
+            self.over_budget_logged = (now, self.over_budget)
+
+    def fold_into(self, report: Report) -> None:
+        """Its counts into the job's report (when it retires, or at the end)."""
+        sid = self.source_id
+        report.frames[sid] = self.done_frames
+        report.read[sid] = self.read if self.read is not None else self.done_frames
+        report.failed[sid] = self.failed
+        report.dropped[sid] = self.dropped + self.stale
+        report.stale[sid] = self.stale
+        report.reconnects[sid] = self.reconnects
+        report.offline_s[sid] = round(self.offline_s, 3)
+        if self.rejected:
+            report.rejected[sid] = dict(self.rejected)
+        if self.plan.options.latency_budget_ms:
+            report.over_budget[sid] = self.over_budget
+        if self.error:
+            report.source_errors[sid] = self.error
+
+
+class Inputs:
+    """Every source of the job, and the messages of their decode workers."""
+
+    def __init__(self, plan: Plan, router: Router, lifecycle: Lifecycle) -> None:
+        self.plan = plan
+        self.router = router
+        self.lifecycle = lifecycle
+        self.sources: dict[str, SourceRecord] = {}
+        self.ended: dict[str, SourceRecord] = {}
+        """Retired sources: their pools are gone, their counts stay until `forget`."""
+        self.granting = False
+        """Slots are granted once every stage has a worker up (`start_granting`)."""
+        self._next_index = 0
+        self._pools_made = 0
+
+    def add(self, source: SourcePlan) -> SourceRecord:
+        """A source, with its decode worker started."""
+        record = SourceRecord(source)
+        self.sources[source.source_id] = record
+        self.router.open(source.source_id)
+        record.worker = self.lifecycle.start_decode(source, self._next_index)
+        self._next_index += 1
+        return record
+
+    def of(self, worker: DecodeWorker) -> SourceRecord:
+        return self.sources[worker.source_id]
+
+    # --- messages from decode workers -----------------------------------------------------------
+
+    def handle(
+        self, worker: DecodeWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> SourceRecord | None:
+        """A decode worker's message; returns the source when it has just opened (STREAM)."""
+        if kind == msg.FRAME:
+            self.on_frame(worker, header, tensors)
+        elif kind == msg.STREAM:
+            return self.on_stream(worker, header)
+        elif kind == msg.EOS:
+            self.on_eos(worker, header)
+        elif kind == msg.STATS:
+            self.on_stats(worker, header)
+        else:
+            log.warning("unexpected %s message from %s", kind, worker.spec.title)
+        return None
+
+    def on_stream(self, worker: DecodeWorker, header: dict[str, Any]) -> SourceRecord:
+        """The source opened: its pool is made and sent; slots follow when granting has begun."""
+        record = self.of(worker)
+        info = dict(header.get("info") or {})
+        record.info = info
+        if record.stopping:
+            worker.send({"type": msg.STOP})
+        regions = self.plan.slot_layout(record.source_id, info)
+        self._pools_made += 1
+        layout = PoolLayout.plan(pool_name(os.getpid(), self._pools_made, record.source_id), self.plan.slots_per_source, regions)
+        record.pool = FramePool.create(layout)
+        wire = layout.to_wire()
+        audio = info.get("audio")
+        if isinstance(audio, dict):  # the frames' pool names the ring too: every stage finds it there
+            ring = AudioRingLayout(pool_name(os.getpid(), self._pools_made, f"audio-{record.source_id}"),
+                                   int(audio["rate"]), max(1, int(float(audio["capacity_s"]) * int(audio["rate"]))))
+            record.ring = AudioRing.create(ring)
+            wire["audio"] = ring.to_wire()
+        log.info(
+            "source %s: %sx%s, pool of %d slots (%.1f MiB)",
+            record.source_id, info.get("width"), info.get("height"), layout.slots, layout.total_bytes / 2**20,
+        )
+        worker.send({"type": msg.POOL, "source": record.source_id, "pool": wire})
+        record.ungranted = list(range(layout.slots))
+        self.grant_waiting()
+        return record
+
+    def on_frame(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        record = self.of(worker)
+        record.dropped += int(header.pop("dropped", 0))
+        header.pop("type", None)
+        self.router.admit(record.source_id, int(header["seq"]), header, dict(tensors))
+
+    def on_eos(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
+        record = self.of(worker)
+        worker.finished = True
+        if header.get("error"):
+            record.error = str(header["error"])
+            # Alone, the job's final error line says it; beside others, say it as it happens.
+            level = logging.WARNING if len(self.sources) > 1 else logging.INFO
+            log.log(level, "source %s ended with an error: %s", record.source_id, record.error)
+        record.read = self.router.end(record.source_id, int(header.get("frames", self.router.received(record.source_id))))
+
+    def on_stats(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
+        record = self.sources.get(str(header.get("source")))
+        if record is None:
+            return
+        if record.stopping and record.info is None:  # a live source still connecting: tell it again
+            worker.send({"type": msg.STOP})
+        try:
+            record.dropped += int(header.get("dropped", 0))
+            record.reconnects += int(header.get("reconnects", 0))
+            record.offline_s += float(header.get("offline_s", 0.0))
+            record.corrupt += int(header.get("corrupt", 0))
+            if "online" in header:
+                record.online = bool(header["online"])
+            for reason, count in dict(header.get("rejected") or {}).items():
+                record.rejected[str(reason)[:32]] = record.rejected.get(str(reason)[:32], 0) + int(count)
+            for what, count in dict(header.get("audio") or {}).items():
+                record.audio[str(what)[:32]] = record.audio.get(str(what)[:32], 0) + float(count)
+        except (TypeError, ValueError) as exc:
+            log.warning("source %s: bad STATS message: %s", record.source_id, exc)
+
+    def on_death(self, worker: DecodeWorker, how: str) -> None:
+        """A decode worker died: its source ends with the frames it had sent; the others go on."""
+        record = self.of(worker)
+        record.error = f"decode worker for source {record.source_id} died ({how})"
+        log.warning("%s", record.error)
+        worker.finished = True
+        record.read = self.router.end(record.source_id, self.router.received(record.source_id))
+
+    def drop_stale(self, key: FrameKey) -> None:
+        """A frame that reached inference too late (the source's `max_staleness_ms`): it is dropped,
+        not passed on unprocessed, so no output shows it as if it had been processed (a video file
+        of a live source simply has fewer frames). Its slot goes straight back to the source, the
+        order steps over its seq, and it counts as dropped, reason "stale"."""
+        state = self.router.drop(key)
+        record = self.sources[key.source]
+        record.stale += 1
+        if state is not None:
+            record.give_slot(state.slot)
+
+    # --- slots, stops, retirement -----------------------------------------------------------------
+
+    def start_granting(self) -> None:
+        self.granting = True
+        self.grant_waiting()
+
+    def grant_waiting(self) -> None:
+        if not self.granting:
+            return
+        for record in self.sources.values():
+            if record.ungranted and record.worker is not None and not record.worker.finished:
+                record.worker.send({"type": msg.GRANT, "slots": record.ungranted})
+                record.ungranted = []
+
+    def stop(self, record: SourceRecord) -> None:
+        """Ask a source to stop reading. Remembered: a decode worker that has not connected yet
+        cannot be sent anything, so it is told again when it first speaks (STREAM or STATS)."""
+        record.stopping = True
+        if record.worker is not None and not record.worker.finished:
+            record.worker.send({"type": msg.STOP})
+
+    def finished(self, record: SourceRecord) -> bool:
+        """Its end of stream went to the outputs and every one of them closed it."""
+        return self.router.ended(record.source_id) and record.closed >= set(self.plan.output_names)
+
+    def retire_finished(self, report: Report, drop_pool: Callable[[str, str], None]) -> list[str]:
+        """Sources whose outputs are all closed: unlink their pools (`drop_pool(source, pool)` lets
+        the workers unmap them), keep only their records, in `ended`. A daemon that adds and removes
+        sources for weeks holds no pool, process or routing state of them."""
+        retired: list[str] = []
+        for sid, record in list(self.sources.items()):
+            if not self.finished(record) or self.router.in_flight(sid):
+                continue
+            record.fold_into(report)
+            if record.ring is not None:
+                record.ring.close()
+                record.ring = None
+            if record.pool is not None:
+                name = record.pool.layout.name
+                record.pool.close()
+                record.pool = None
+                drop_pool(sid, name)
+            del self.sources[sid]
+            self.ended[sid] = record
+            self.router.close(sid)
+            retired.append(sid)
+        return retired
+
+    def forget(self, source_id: str) -> bool:
+        """Drop an ended source's record (DELETE of an ended source); False if there is none."""
+        return self.ended.pop(source_id, None) is not None
+
+    def every(self) -> list[SourceRecord]:
+        """Running sources, then ended ones."""
+        return [*self.sources.values(), *self.ended.values()]
+
+    def close_pools(self) -> None:
+        for record in self.sources.values():
+            if record.ring is not None:
+                record.ring.close()
+                record.ring = None
+            if record.pool is not None:
+                record.pool.close()
+                record.pool = None
+
+    def expected_total(self, retired_frames: int) -> int | None:
+        """Frames the job will output in all, when every source says (for the progress bar)."""
+        total = retired_frames
+        for sid, record in self.sources.items():
+            counted = (record.info or {}).get("frame_count")
+            limit = record.plan.options.max_frames
+            if self.router.ending(sid):
+                total += self.router.flows[sid].eos_frames or 0
+            elif isinstance(counted, int) and counted > 0:
+                total += min(counted, limit) if limit else counted
+            elif record.plan.expected_frames is not None:
+                total += record.plan.expected_frames
+            else:
+                return None
+        return total
+
+    def describe(self, record: SourceRecord) -> dict[str, Any]:
+        """A source for `GET /sources`: opening, running, draining (read to its end, its frames and
+        files being finished), ended or failed (ended with an error)."""
+        sid = record.source_id
+        state = "running"
+        if sid in self.ended:  # retired: its outputs have closed its files
+            state = "failed" if record.error else "ended"
+        elif self.router.ending(sid) or self.router.ended(sid):
+            state = "draining"
+        elif record.info is None:
+            state = "opening"
+        return {
+            "id": sid,
+            "state": state,
+            "frames": record.done_frames,
+            "read": record.read if record.read is not None else self.router.received(sid),
+            "dropped": record.dropped,
+            "stale": record.stale,
+            "over_budget": record.over_budget,
+            "failed": record.failed,
+            "reconnects": record.reconnects,
+            "offline_s": round(record.offline_s, 3),
+            "online": record.online,
+            "corrupt": record.corrupt,
+            "rejected": dict(record.rejected),
+            "error": record.error,
+            "width": (record.info or {}).get("width"),
+            "height": (record.info or {}).get("height"),
+        }

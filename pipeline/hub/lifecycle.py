@@ -1,0 +1,186 @@
+"""The local worker processes: started, watched, killed when hung, restarted when they die.
+
+`Lifecycle` starts every stage worker and decode worker of this host from a fork server
+(pipeline.forkserver), keeps them by the identity they connect with, and answers for them: which
+ended (`exited`), which have held a frame past `stall_timeout_s` (`kill_stalled`), and whether a
+dead stage worker may come back (`schedule_restart`: after a backoff that doubles, unless its stage
+keeps dying). What a death means for the frames and sources is the supervisor's business.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.worker.forkserver import worker_context
+from framewire.pipeline.worker.hub_link import WorkerSpec
+from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.names import DECODE
+from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster, Send
+from framewire.pipeline.worker.decode import source_main
+from framewire.pipeline.worker.stage import worker_main
+
+log = logging.getLogger(__name__)
+
+RESTART_WINDOW_S = 60.0
+"""`max_restarts` counts the deaths of a stage's workers in this window."""
+
+StartProcess = Callable[[Callable[[WorkerSpec], None], WorkerSpec], Any]
+"""Start `target(spec)` in a new process; returns a `multiprocessing.Process`-like object."""
+
+
+class Lifecycle:
+    """The worker processes of this host."""
+
+    def __init__(
+        self, plan: Plan, endpoint: str, send: Send, roster: Roster, start: StartProcess | None = None
+    ) -> None:
+        self.plan = plan
+        self.endpoint = endpoint
+        self.send = send
+        self.roster = roster
+        self._start = start or _forked(plan.preload)
+        self.processes: dict[bytes, LocalPeer | DecodeWorker] = {}
+        self.restarts: dict[str, int] = {}
+        """Restarts per stage, for the report."""
+        self._deaths: dict[str, list[float]] = {}
+        self._pending: list[tuple[float, LocalPeer]] = []
+
+    def get(self, identity: bytes) -> LocalPeer | DecodeWorker | None:
+        return self.processes.get(identity)
+
+    def start_stage(self, stage: str, index: int, factory: Callable[[], Any], *, generation: int = 0,
+                    label: str | None = None) -> LocalPeer:
+        spec = self._spec(stage, index, generation, factory, label=label)
+        peer = LocalPeer(spec, self._start(worker_main, spec), self.send)
+        self.processes[spec.identity] = peer
+        self.roster.add(peer)
+        log.debug("started %s (pid %s)", spec.title, peer.process.pid)
+        return peer
+
+    def start_decode(self, source: SourcePlan, index: int) -> DecodeWorker:
+        spec = self._spec(DECODE, index, 0, source.factory, source=source)
+        worker = DecodeWorker(spec, self._start(source_main, spec), self.send)
+        self.processes[spec.identity] = worker
+        log.debug("started %s (pid %s)", spec.title, worker.process.pid)
+        return worker
+
+    def _spec(self, stage: str, index: int, generation: int, factory: Callable[[], Any], *,
+              label: str | None = None, source: SourcePlan | None = None) -> WorkerSpec:
+        extra: dict[str, Any] = {}
+        if source is not None:
+            extra = {"source_id": source.source_id, "source_options": source.options}
+        return WorkerSpec(
+            stage=stage,
+            index=index,
+            generation=generation,
+            endpoint=self.endpoint,
+            credits=self.plan.credits_for(stage),
+            factory=factory,
+            log_level=self.plan.log_level,
+            log_format=self.plan.log_format,
+            label=label,
+            **extra,
+        )
+
+    def exited(self) -> Iterator[LocalPeer | DecodeWorker]:
+        """The processes that ended since the last call (each once)."""
+        for worker in list(self.processes.values()):
+            if not worker.process.is_alive():
+                yield worker
+
+    def forget(self, worker: LocalPeer | DecodeWorker) -> bool:
+        """Stop tracking an ended process; False if it was already forgotten (or replaced)."""
+        if self.processes.get(worker.identity) is not worker:
+            return False
+        del self.processes[worker.identity]
+        return True
+
+    def kill_stalled(self, now: float) -> list[LocalPeer]:
+        """Kill every local worker that has held a frame past `stall_timeout_s`: a stage stuck in a
+        driver call or a deadlock never dies on its own. Its death then goes the usual way."""
+        limit = self.plan.stall_timeout_s
+        killed: list[LocalPeer] = []
+        if limit is None:
+            return killed
+        for worker in self.processes.values():
+            if not isinstance(worker, LocalPeer) or worker.stalled or not worker.inflight:
+                continue
+            key, sent = min(worker.inflight.items(), key=lambda item: item[1])
+            if now - sent <= limit:
+                continue
+            worker.stalled = (
+                f"hung: held frame {key.seq} of source {key.source} for {now - sent:.1f} s, over stages.stall_timeout_s"
+            )
+            log.error("%s %s; killing it", worker.name, worker.stalled)
+            worker.process.kill()
+            killed.append(worker)
+        return killed
+
+    def schedule_restart(self, peer: LocalPeer, how: str) -> float:
+        """A stage worker died: start it again after a backoff (returned, in seconds). Raises
+        JobFailed when its stage is not restartable (an output) or keeps dying."""
+        if peer.stage not in self.plan.restartable:
+            raise JobFailed(f"{peer.name} worker died ({how})")
+        now = time.monotonic()
+        recent = [t for t in self._deaths.get(peer.stage, []) if now - t < RESTART_WINDOW_S]
+        if len(recent) >= self.plan.max_restarts:
+            raise JobFailed(f"{peer.stage} workers keep dying ({len(recent) + 1} times in a minute, last {how})")
+        self._deaths[peer.stage] = recent + [now]
+        self.restarts[peer.stage] = self.restarts.get(peer.stage, 0) + 1
+        first, longest = self.plan.restart_backoff_s
+        delay = min(longest, first * 2 ** len(recent))
+        self.roster.remove(peer)
+        self._pending.append((now + delay, peer))
+        return delay
+
+    def restart_due(self, now: float) -> None:
+        due = [peer for at, peer in self._pending if at <= now]
+        if not due:
+            return
+        self._pending = [(at, peer) for at, peer in self._pending if at > now]
+        for peer in due:
+            spec = peer.spec
+            self.start_stage(spec.stage, spec.index, spec.factory, generation=spec.generation + 1, label=spec.label)
+
+    def stop_all(self, timeout_s: float = 5.0) -> None:
+        """STOP to every live worker, wait for them (bounded), kill what is left."""
+        for worker in list(self.processes.values()):
+            if worker.process.is_alive():
+                worker.send({"type": msg.STOP})
+        deadline = time.monotonic() + timeout_s
+        for worker in list(self.processes.values()):
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in list(self.processes.values()):
+            if worker.process.is_alive():
+                log.warning("%s did not stop; killing it", worker.spec.title)
+                worker.process.kill()
+                worker.process.join(2.0)
+
+
+def _forked(preload: tuple[str, ...]) -> StartProcess:
+    context = worker_context(preload)
+
+    def start(target: Callable[[WorkerSpec], None], spec: WorkerSpec) -> Any:
+        process = context.Process(target=target, args=(spec,), name=spec.title, daemon=True)
+        process.start()
+        return process
+
+    return start
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended, in words: `exit code 3`, `killed by SIGKILL`."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,102 @@
+"""The control API's commands, carried out on the hub loop (the one writer of its state).
+
+The HTTP threads (pipeline.control) queue a `Command`; the hub loop takes the queue between two
+messages, runs each command here and hands its answer back: list, add or remove a source, drain
+(stop reading, finish what is in flight) or stop now. An ended or failed source stays listed, with
+its counts and last error, until a DELETE removes it for good (its metric series go with it).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable
+
+from framewire.pipeline.ops.control import Command, ControlServer
+from framewire.pipeline.errors import ConfigError, FramewireError
+from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.plan import Plan
+
+log = logging.getLogger(__name__)
+
+
+class Commands:
+    """Runs the queued control commands against the job's sources."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        inputs: Inputs,
+        request_stop: Callable[[], None],
+        stopping: Callable[[], bool],
+        forget: Callable[[str], None] = lambda source_id: None,
+    ) -> None:
+        self.plan = plan
+        self.inputs = inputs
+        self.request_stop = request_stop
+        self.stopping = stopping
+        self.forget = forget
+        """Drops a removed source's metric series."""
+
+    def run_queued(self, server: ControlServer) -> None:
+        while True:
+            try:
+                command = server.commands.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self.run(command)
+            except FramewireError as exc:
+                command.answer(400, {"error": str(exc)})
+            except Exception as exc:  # an API call must never take the daemon down
+                log.exception("control command %s failed", command.action)
+                command.answer(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def run(self, command: Command) -> None:
+        if command.action == "list":
+            command.answer(200, {"sources": [self.inputs.describe(s) for s in self.inputs.every()]})
+        elif command.action == "add":
+            self._add(command)
+        elif command.action == "remove":
+            self._remove(command, str(command.body))
+        elif command.action in ("drain", "stop"):
+            self.request_stop()
+            if command.action == "stop":
+                self.request_stop()
+            command.answer(202, {command.action: True})
+        else:
+            command.answer(404, {"error": f"unknown command {command.action!r}"})
+
+    def _remove(self, command: Command, source_id: str) -> None:
+        """A running source stops reading (202: its outputs close once its frames are done); an
+        ended one is forgotten (200)."""
+        record = self.inputs.sources.get(source_id)
+        if record is not None:
+            self.inputs.stop(record)
+            command.answer(202, {"removing": source_id})
+        elif self.inputs.forget(source_id):
+            self.forget(source_id)
+            command.answer(200, {"removed": source_id})
+        else:
+            command.answer(404, {"error": f"no source {source_id!r}"})
+
+    def _add(self, command: Command) -> None:
+        if self.plan.make_source is None:
+            command.answer(501, {"error": "this job cannot add sources"})
+            return
+        if self.stopping():
+            command.answer(409, {"error": "the daemon is stopping"})
+            return
+        if not isinstance(command.body, dict):
+            raise ConfigError("the body must be a JSON object with the keys of a sources: item")
+        source = self.plan.make_source(command.body)
+        if source.source_id in self.inputs.sources:
+            command.answer(409, {"error": f"source {source.source_id!r} already exists"})
+            return
+        if source.source_id in self.inputs.ended:
+            command.answer(409, {"error": f"source {source.source_id!r} has ended and is still listed: "
+                                          f"DELETE /sources/{source.source_id} forgets it"})
+            return
+        record = self.inputs.add(source)
+        log.info("source %s added", source.source_id)
+        command.answer(201, self.inputs.describe(record))

@@ -1,0 +1,93 @@
+"""The daemon's operations side: its HTTP server, the control commands, and the health it reports.
+
+Kept out of the supervisor, which runs frames: this room answers an operator. Liveness and
+readiness are separate questions (a Kubernetes liveness probe restarts a daemon; a readiness probe
+only stops sending it work): live is "the hub loop turns", ready is "every stage has a worker and
+the daemon is not stopping", so a daemon that waits for remote workers is live but not ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from framewire.pipeline.ops.actions import Commands
+from framewire.pipeline.ops.control import ControlServer
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.plan import Plan
+from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.hub.peers import Roster
+
+LIVE_WITHIN_S = 5.0
+"""Live: the hub loop turned this recently (a tick is 50 ms; a scrape of /metrics takes the lock)."""
+
+
+class Health:
+    """Liveness and readiness, read from the hub's state; cheap and safe from the HTTP threads."""
+
+    def __init__(self, plan: Plan, roster: Roster, stopping: Callable[[], bool]) -> None:
+        self.plan = plan
+        self.roster = roster
+        self.stopping = stopping
+        self.inputs: Inputs | None = None
+        self.last_tick = time.monotonic()
+
+    def tick(self) -> None:
+        self.last_tick = time.monotonic()
+
+    def __call__(self) -> dict[str, Any]:
+        live = time.monotonic() - self.last_tick < LIVE_WITHIN_S
+        reason = self._not_ready(live)
+        state: dict[str, Any] = {"live": live, "ready": reason is None}
+        if reason is not None:
+            state["reason"] = reason
+        return state
+
+    def _not_ready(self, live: bool) -> str | None:
+        """Why not ready, or None. Until the sources get their slots every stage needs a worker up;
+        after that only the stages that run on other hosts alone do (a local worker that died is
+        restarted in a moment, and its frames wait meanwhile)."""
+        if not live:
+            return "the hub loop is not turning"
+        if self.stopping():
+            return "stopping"
+        granting = self.inputs is not None and self.inputs.granting
+        remote_only = self.plan.remote.remote_only if self.plan.remote is not None else frozenset()
+        waiting = [n for n in self.roster.by_stage if (not granting or n in remote_only) and not self.roster.has_ready(n)]
+        if waiting:
+            return f"waiting for a worker of {', '.join(waiting)}"
+        return None if granting else "starting"
+
+
+class Operations:
+    """The HTTP server and its commands, run on the hub loop (`run_queued` once a tick)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        metrics: Metrics,
+        health: Health,
+        inputs: Inputs,
+        request_stop: Callable[[], None],
+        forget: Callable[[str], None],
+    ) -> None:
+        settings = plan.http
+        assert settings is not None
+        try:
+            self.server = ControlServer(settings.host, settings.port, settings.token, metrics, health)
+        except OSError as exc:
+            raise JobFailed(f"http: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+        self.commands = Commands(plan, inputs, request_stop, health.stopping, forget)
+        self.server.start()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def run_queued(self) -> None:
+        self.commands.run_queued(self.server)
+
+    def stop(self) -> None:
+        self.server.stop()

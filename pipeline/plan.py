@@ -1,0 +1,169 @@
+"""The job as the runtime takes it: a `Plan` of processes built by the composition root (framewire.app.compose),
+and the `Report` of how it ended. The plan is the boundary: nothing past it knows a model."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from framewire.pipeline.names import MIDDLE
+from framewire.pipeline.wire.remote import RemoteSettings
+
+
+class Policy(str, Enum):
+    """What a source does when the pipeline has no room for its next frame."""
+
+    BLOCK = "block"
+    """Wait: every frame is processed (files)."""
+    DROP_OLDEST = "drop_oldest"
+    """Keep only the freshest waiting frame; older ones are dropped and counted (live sources)."""
+    DROP_NEWEST = "drop_newest"
+    """Drop the frame just read and keep what is already waiting (live sources)."""
+
+
+SlotLayout = Callable[[str, Mapping[str, Any]], dict[str, tuple[tuple[int, ...], str]]]
+"""Regions of a slot for a source, from its stream info: {"image": ((h, w, 3), "uint8"), ...}."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How the decode worker feeds a source into the pipeline (the `sources:` keys it needs)."""
+
+    policy: Policy = Policy.BLOCK
+    realtime: bool = False
+    """Pace a file at its own frame rate."""
+    max_frames: int | None = None
+    max_staleness_ms: float | None = None
+    """A frame this old when it reaches inference is dropped (drop policies only)."""
+    latency_budget_ms: float | None = None
+    """Frames output later than this end to end are counted and logged."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", Policy(self.policy))  # "drop_oldest" as well as the enum
+
+    @property
+    def staleness_ms(self) -> float | None:
+        """The staleness limit in force: none under `block`, which drops nothing."""
+        return None if self.policy == Policy.BLOCK else self.max_staleness_ms
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    source_id: str
+    factory: Callable[[], Any]
+    """Builds the source's `FrameSource` inside its decode worker."""
+    options: SourceOptions = field(default_factory=SourceOptions)
+    expected_frames: int | None = None
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where /metrics, /healthz and the control API listen (see pipeline.control)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8700
+    token: str | None = None
+    keep_running: bool = False
+    """Stay up when every source has ended, waiting for sources added through the control API."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The job, as processes: built by the layer that knows models (app.plan), run here."""
+
+    middle: tuple[tuple[str, int, Callable[[], Any]], ...]
+    """(stage name, workers, stage factory) in order: preprocess, infer, postprocess, composite."""
+    outputs: tuple[tuple[str, Callable[[], Any]], ...]
+    """(output name, stage factory): one process each, every frame goes to all of them."""
+    sources: tuple[SourcePlan, ...]
+    slot_layout: SlotLayout
+    slots_per_source: int = 16
+    credits_per_worker: int = 2
+    stage_credits: Mapping[str, int] = field(default_factory=dict)
+    """Credits for the workers of one stage, where they differ (a batching infer stage)."""
+    restartable: frozenset[str] = frozenset(MIDDLE)
+    max_restarts: int = 5
+    shutdown_timeout_s: float = 10.0
+    skip_failed_frames: bool = True
+    ipc_dir: str | None = None
+    log_level: int = logging.WARNING
+    log_format: str = "text"
+    """How the workers log: text or json (pipeline.logs)."""
+    http: HttpSettings | None = None
+    make_source: Callable[[Mapping[str, Any]], SourcePlan] | None = None
+    """Builds a source added at run time from its config (raises ConfigError)."""
+    restart_backoff_s: tuple[float, float] = (0.1, 5.0)
+    """First and longest delay before a dead worker is started again; doubles each time."""
+    stall_timeout_s: float | None = None
+    """A local worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
+    preload: tuple[str, ...] = ()
+    """Modules every worker imports, imported once in the fork server that starts them."""
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The stages a fused stage runs in its process (stages.fused): {"infer": ("preprocess",
+    "infer", ...)}; each stamps its own span, and the metrics count each."""
+    ordered: frozenset[str] = frozenset()
+    """Middle stages that keep state per source (`Stage.ordered`): each source sticks to one of their
+    workers and its frames reach it in seq order (pipeline.routing)."""
+    remote: RemoteSettings | None = None
+    """A tcp:// listener for workers on other hosts (the `worker` command); None: local only."""
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.middle)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.outputs)
+
+    def credits_for(self, stage: str) -> int:
+        """Frames a worker of `stage` may hold: an output at least 4 (it is one process)."""
+        if stage in self.output_names:
+            return max(4, self.credits_per_worker)
+        return self.stage_credits.get(stage, self.credits_per_worker)
+
+
+@dataclass
+class Report:
+    """How a job ended."""
+
+    exit_code: int = 0
+    error: str | None = None
+    frames: dict[str, int] = field(default_factory=dict)
+    """Frames every output wrote, per source."""
+    read: dict[str, int] = field(default_factory=dict)
+    """Frames each source's decode worker delivered (its end of stream says how many)."""
+    failed: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    source_errors: dict[str, str] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    reconnects: dict[str, int] = field(default_factory=dict)
+    stale: dict[str, int] = field(default_factory=dict)
+    """Frames dropped because they reached inference after the source's max_staleness_ms (also in
+    `dropped`, which counts every drop)."""
+    offline_s: dict[str, float] = field(default_factory=dict)
+    """Seconds live sources spent reconnecting, in gaps that ended."""
+    rejected: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Bad messages a ZeroMQ source dropped, by reason."""
+    over_budget: dict[str, int] = field(default_factory=dict)
+    """Frames output later than their source's latency_budget_ms (sources with a budget only)."""
+    elapsed_s: float = 0.0
+    stopped: bool = False
+
+    def conclude(self) -> None:
+        """The exit code and error of a job that ended without failing: 1 when a source failed or
+        frames were passed on unprocessed."""
+        if self.exit_code != 0:
+            return
+        if self.source_errors:
+            self.exit_code = 1
+            first, *others = self.source_errors
+            self.error = self.source_errors[first]
+            if others:
+                self.error += f" (sources {', '.join(others)} failed too: see the log)"
+        elif any(self.failed.values()):
+            self.exit_code = 1
+            total = sum(self.failed.values())
+            self.error = f"{total} frame(s) could not be processed and were passed on unprocessed"
