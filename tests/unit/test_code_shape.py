@@ -30,3 +30,21 @@ def test_no_function_is_too_long_to_read(package: str) -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = lines
     assert not long, f"over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+BARE = {"app", "pipeline", "stages", "engines", "sources", "media", "run_pipeline"}
+"""The folders' own names: from a checkout's root they would import a second copy of the runtime
+(two registries, isinstance failures); everything is imported as framewire.* (pyproject's ruff
+banned-api says the same to an editor)."""
+
+
+def test_nothing_imports_a_folder_by_its_bare_name() -> None:
+    found = []
+    for folder in ("framewire", "pipeline", "stages", "engines", "bench", "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in BARE]
+    assert not found, f"import framewire.<name> instead: {found}"
