@@ -149,7 +149,7 @@ def test_tracking_keeps_ids_and_interval_cuts_the_detectors_work(tmp_path: Path)
     assert ours == 0 and ours <= theirs, (ours, theirs)
     assert all(len(_tracks(r)) == len(truth[0]) for r in every[1:])
 
-    split = ("--set", "stages.fuse=false", "--set", "framewire.stages.preprocess.workers=2")
+    split = ("--set", "stages.fuse=false", "--set", "stages.preprocess.workers=2")
     skipping = _job(tmp_path / "skip", config, clip, *fast, *split)
     ran = [r["seq"] for r in skipping if not any(d.get("predicted") for d in r["results"]["detections"])]
     assert ran == list(range(0, count, 3))  # the detector's frames: 15 of 45
