@@ -2,7 +2,7 @@
 # Each sets up .venv on a fresh machine first, with the exact versions of the lock files in locks/:
 # `make run` the runtime set (locks/cpu.txt), `make test` that plus the test tools (locks/cpu-test.txt).
 # `make lock` updates the locks after a change to pyproject.toml; `make lock UPGRADE=1` moves every
-# pin to the newest release allowed (README, "Installing"). EXTRAS=gpu installs the GPU build instead
+# pin to the newest release allowed (docs/guides/installing.md). EXTRAS=gpu installs the GPU build instead
 # of the CPU one (unlocked until locks/gpu.txt exists: `make lock EXTRAS=gpu` writes it).
 PYTHON ?= python3
 VENV ?= .venv
@@ -103,7 +103,7 @@ lock: | $(VENV)/.pip
 	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) $(LOCK_FLAGS) -c $(TEST_LOCK) -o $(RUN_LOCK)
 
 # The deployment files against their schemas and linters, with pinned tools in a venv of their own
-# (README, "Deploying"): Kubernetes manifests, Dockerfiles, the compose file, the systemd unit.
+# (docs/guides/deploying.md): Kubernetes manifests, Dockerfiles, the compose file, the systemd unit.
 DEPLOY_VENV := $(VENV)-deploy
 check-deploy:
 	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)

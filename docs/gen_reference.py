@@ -118,25 +118,26 @@ def _tagged(where: str, key: str, name: str | None) -> str:
     return f"{where.removesuffix('[]')}[{key}={name}]"
 
 
+def walk(section: Section) -> list[Section]:
+    """`section` and every mapping under it, depth first; a field without a description stops it."""
+    found = [section]
+    for name, field in section.model.model_fields.items():
+        key = f"{section.path}.{name}" if section.path else name
+        if not field.description:
+            raise MissingDescription(f"{key}: the field has no description ({section.model.__qualname__})")
+        for child in _nested(key, field.annotation):
+            found += walk(child)
+    return found
+
+
 def config_sections() -> list[Section]:
     """Every mapping the config accepts, depth first, the plug-ins' parameters last."""
     from framewire.config import Config
 
-    sections: list[Section] = []
-
-    def walk(section: Section) -> None:
-        sections.append(section)
-        for name, field in section.model.model_fields.items():
-            key = f"{section.path}.{name}" if section.path else name
-            if not field.description:
-                raise MissingDescription(f"{key}: the field has no description ({section.model.__qualname__})")
-            for child in _nested(key, field.annotation):
-                walk(child)
-
-    walk(Section("", Config))
+    sections = walk(Section("", Config))
     for where, key, _title, models in plugin_sections():
         for name, model in models.items():
-            walk(Section(_tagged(where, key, name), model, frozenset({key})))
+            sections += walk(Section(_tagged(where, key, name), model, frozenset({key})))
     return sections
 
 
