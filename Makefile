@@ -2,7 +2,7 @@
 # Each sets up .venv on a fresh machine first, with the exact versions of the lock files in locks/:
 # `make run` the runtime set (locks/cpu.txt), `make test` that plus the test tools (locks/cpu-test.txt).
 # `make lock` updates the locks after a change to pyproject.toml; `make lock UPGRADE=1` moves every
-# pin to the newest release allowed (README, "Installing"). EXTRAS=gpu installs the GPU build instead
+# pin to the newest release allowed (docs/guides/installing.md). EXTRAS=gpu installs the GPU build instead
 # of the CPU one (unlocked until locks/gpu.txt exists: `make lock EXTRAS=gpu` writes it).
 PYTHON ?= python3
 VENV ?= .venv
@@ -26,7 +26,7 @@ LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $
 # the lock: PyPI has no CPU build of torch to lock (pinned by version here instead).
 VAD_REFERENCE := $(VENV)/.vad-reference
 
-.PHONY: run test validate doctor clean lock check-deploy
+.PHONY: run test validate doctor clean lock check-deploy docs
 
 $(VENV)/.pip:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -90,6 +90,12 @@ validate: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 doctor: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 	$(BIN)/python run_pipeline.py doctor $(ARGS)
 
+# The docs site into site/ (mkdocs.yml): docs/hooks.py generates the reference pages from the code
+# (docs/gen_reference.py: configuration, CLI, Python API), then MkDocs builds with every warning an
+# error, so a broken link or anchor, or a config field without a description, fails.
+docs: $(VENV)/.installed-$(EXTRAS)-test $(VENV)/.editable
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # The test lock first; the runtime lock is constrained by it, so both hold the same versions.
 lock: | $(VENV)/.pip
 	$(BIN)/python -m pip install --quiet "uv==$(UV_VERSION)"
@@ -97,7 +103,7 @@ lock: | $(VENV)/.pip
 	$(BIN)/uv pip compile pyproject.toml --extra $(EXTRAS) $(LOCK_FLAGS) -c $(TEST_LOCK) -o $(RUN_LOCK)
 
 # The deployment files against their schemas and linters, with pinned tools in a venv of their own
-# (README, "Deploying"): Kubernetes manifests, Dockerfiles, the compose file, the systemd unit.
+# (docs/guides/deploying.md): Kubernetes manifests, Dockerfiles, the compose file, the systemd unit.
 DEPLOY_VENV := $(VENV)-deploy
 check-deploy:
 	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
@@ -111,4 +117,4 @@ check-deploy:
 	systemd-analyze verify $(DEPLOY_VENV)/framewire.service
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out .pytest_cache site

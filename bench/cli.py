@@ -23,16 +23,21 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
-def main(argv: Sequence[str]) -> int:
-    """Parse `argv` (what follows `bench`) and run that benchmark; its exit code."""
+def build_parser(prog: str = "run_pipeline.py bench") -> argparse.ArgumentParser:
+    """Every benchmark's arguments (the CLI reference in docs/ is made from this parser too)."""
     from framewire.app.commands import add_config_args
 
-    parser = argparse.ArgumentParser(prog="run_pipeline.py bench", description="benchmarks (JSON plus a table)")
+    parser = argparse.ArgumentParser(prog=prog, description="benchmarks (JSON plus a table)")
     kinds = parser.add_subparsers(dest="bench", required=True)
     for name, (module_name, text) in BENCHMARKS.items():
         module = importlib.import_module(module_name)
         kind = kinds.add_parser(name, help=text)
         module.add_arguments(kind, add_config_args)
         kind.set_defaults(handler=module.run)
-    args = parser.parse_args(list(argv))
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """Parse `argv` (what follows `bench`) and run that benchmark; its exit code."""
+    args = build_parser().parse_args(list(argv))
     return int(args.handler(args))

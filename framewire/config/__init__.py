@@ -1,8 +1,8 @@
 """The job configuration: pydantic models loaded from YAML, with `--set` overrides.
 
 Every model forbids unknown keys and is frozen; every field is described where it is declared, so
-`validate` and the README can be written from these files alone. Task parameters (`model:` keys
-beside `path` and `task`) and composite parameters belong to the task and composite classes in
+`validate` and the configuration reference in docs/ are written from these files alone. Task
+parameters (`model:` keys beside `path` and `task`) and composite parameters belong to the task and composite classes in
 `stages/`: they are kept here as extra keys and checked there, since this package knows no model.
 
 - pipeline.config.sources: `sources:` items; pipeline.config.engine: `model:` and `engine:`;

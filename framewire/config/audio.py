@@ -36,8 +36,8 @@ class AudioConfig(_Model):
         default="self",
         description="self: the video's own audio track (a file, or the rtsp/rtmp stream's); a file "
         "(WAV, MP3, AAC, M4A, FLAC, a video's track); a live audio stream (rtsp://, rtmp://, http(s)://); "
-        "or zmq+tcp://host:port / zmq+ipc:///path: PCM chunks pushed by another program (README, The "
-        "ZeroMQ audio input).",
+        "or zmq+tcp://host:port / zmq+ipc:///path: PCM chunks pushed by another program (docs: Wire "
+        "formats, The ZeroMQ audio input).",
     )
     sample_rate: int = Field(
         default=16000, ge=8000, le=192000, description="The audio is resampled to this rate, mono, whatever it comes in."

@@ -174,7 +174,7 @@ class Config(_Model):
     steps: tuple[StepConfig, ...] = Field(
         default=(),
         description="Stages run on each frame before preprocessing, in order: audio features, voice "
-        "activity, the region a generator works on (README, Audio).",
+        "activity, the region a generator works on (docs: Guides, Audio).",
     )
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Inference backend.")
     composite: tuple[CompositeConfig, ...] = Field(

@@ -65,7 +65,7 @@ class SourceConfig(_Model):
     uri: str = Field(
         description="A video file path or file:// URI; rtsp://, rtmp://, http(s):// (HLS), srt:// "
         "streams; a V4L2 camera (/dev/video0); or zmq+tcp://host:port / zmq+ipc:///path (frames "
-        "pushed by another program, see the README)."
+        "pushed by another program, see the docs: Sources)."
     )
     policy: Policy = Field(
         default=Policy.BLOCK,
