@@ -93,6 +93,7 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         listed = states()
         assert (listed["clip"]["frames"], listed["clip"]["read"], listed["clip"]["error"]) == (120, 120, None)
         assert "notes.mp4" in listed["junk"]["error"]
+        assert (listed["clip"]["online"], listed["junk"]["online"]) == (False, False)
         status, text = get(url + "/metrics?format=text")
         families = {f.name: f for f in text_string_to_metric_families(text)}
         outputs = {s.labels["source"]: s.value for s in families["framewire_frames"].samples if s.labels["stage"] == "output"}

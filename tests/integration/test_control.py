@@ -122,6 +122,7 @@ def test_metrics_health_and_a_source_added_then_drained(tmp_path: Path) -> None:
         wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended", "ended"])
         listed = {s["id"]: s for s in request(job.url + "/sources")[1]["sources"]}
         assert (listed["a"]["frames"], listed["a"]["read"], listed["b"]["frames"]) == (40, 40, 25)
+        assert (listed["a"]["online"], listed["b"]["online"]) == (False, False)
         families = {f.name: f for f in text_string_to_metric_families(request(job.url + "/metrics", token=None)[1])}
         up = {s.labels["source"]: s.value for s in families["framewire_source_up"].samples}
         dropped = {(s.labels["source"], s.labels["reason"]) for s in families["framewire_dropped_frames"].samples}
@@ -150,6 +151,8 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         wait_for(lambda: (tmp_path / "endless.closed").exists())
         states = lambda: {s["id"]: s["state"] for s in request(job.url + "/sources")[1]["sources"]}  # noqa: E731
         wait_for(lambda: states() == {"other": "running", "endless": "ended"})
+        online = {s["id"]: s["online"] for s in request(job.url + "/sources")[1]["sources"]}
+        assert online == {"other": True, "endless": False}  # an ended source is read no more
         assert request(job.url + "/sources/endless", "DELETE")[0] == 200  # an ended source: forgotten
         assert states() == {"other": "running"}
         wait_for(lambda: (tmp_path / "other.jsonl").exists())  # its decode worker may start later
