@@ -356,7 +356,7 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     try:
         source = SourceConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, "source")) from None
+        raise ConfigError(describe_validation_error(exc, "source", model=SourceConfig)) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
     path = local_path(resolved.sources[0].uri)
     kind = source_kind(resolved.sources[0].uri)
