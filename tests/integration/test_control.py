@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -16,9 +17,11 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from framewire.config import JsonlOutput, VideoFileOutput
 from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
 from framewire.pipeline.run.supervisor import Supervisor
-from tests.support import fakes
+from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink
+from tests.support import clips, fakes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -162,6 +165,31 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         assert request(job.url + "/sources/nope", "DELETE")[0] == 404
     lines = [json.loads(x) for x in (tmp_path / "endless.jsonl").read_text().splitlines()]
     assert [r["seq"] for r in lines] == list(range(len(lines)))
+
+
+def test_a_source_id_added_again_keeps_its_earlier_files(tmp_path: Path) -> None:
+    """The real file outputs: a source id re-added after it ended writes `b.2.jsonl` and `b.2.mp4`
+    beside its first run's files, which keep every frame they had."""
+    outputs = (
+        ("jsonl", functools.partial(JsonlSink, JsonlOutput(kind="jsonl", path=f"{tmp_path}/{{source_id}}.jsonl"))),
+        ("video", functools.partial(VideoFileSink, VideoFileOutput(kind="video_file", path=f"{tmp_path}/{{source_id}}.mp4"))),
+    )  # fmt: skip
+    job_plan = dataclasses.replace(plan(tmp_path, {}), outputs=outputs)
+    (tmp_path / "b.3.jsonl").write_text("from another job\n")  # a name taken on disk is skipped too
+    with Running(job_plan) as job:
+        job.wait_ready()
+        for frames in (25, 10, 5):
+            assert request(job.url + "/sources", "POST", {"id": "b", "frames": frames})[0] == 201
+            wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended"])
+            assert request(job.url + "/sources/b", "DELETE")[0] == 200
+        assert request(job.url + "/drain", "POST")[0] == 202
+        job.thread.join(30)
+    assert job.report is not None and job.report.exit_code == 0
+    for name, frames in (("b", 25), ("b.2", 10), ("b.4", 5)):
+        assert [json.loads(x)["seq"] for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()] == list(range(frames))
+    assert (tmp_path / "b.3.jsonl").read_text() == "from another job\n"
+    assert sorted(p.name for p in tmp_path.glob("b*.mp4")) == ["b.2.mp4", "b.3.mp4", "b.mp4"]
+    assert [clips.count_frames(tmp_path / f"{name}.mp4") for name in ("b", "b.2", "b.3")] == [25, 10, 5]
 
 
 def open_fds(pids: list[int]) -> int:

@@ -199,3 +199,10 @@ def test_path_templates() -> None:
     for bad in ("{nope}.mp4", "{index.real}.mp4", "{source_id!r}.mp4", "{x.mp4", "{index:%Y}.mp4"):
         with pytest.raises(ValueError):
             paths.check(bad)
+
+
+def test_a_later_run_is_numbered_before_the_extension() -> None:
+    assert paths.numbered("out/{source_id}.mp4", 2) == "out/{source_id}.2.mp4"
+    assert paths.numbered("out.d/{source_id}", 3) == "out.d/{source_id}.3"
+    assert paths.numbered("out/{source_id}/video.tar.gz", 2) == "out/{source_id}/video.tar.2.gz"
+    assert paths.numbered("out/.hidden", 2) == "out/.hidden.2"
