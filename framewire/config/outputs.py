@@ -36,7 +36,11 @@ class VideoFileOutput(_Model):
     )
     crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
     preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
-    audio: bool = Field(default=True, description="Copy the source's audio through when it has some.")
+    audio: bool = Field(
+        default=True,
+        description="The source's audio, when it has some: copied as it is when MP4 players take it "
+        "(AAC, MP3, ALAC, Opus), else encoded as AAC (FLAC, AC-3, PCM...).",
+    )
     container: Literal["fmp4", "mp4"] = Field(
         default="fmp4",
         description="fmp4: fragmented MP4, playable up to its last complete fragment even when the "
