@@ -316,7 +316,7 @@ class Client:
         """
         if idle_timeout is not None:
             if timeout is not None:
-                raise UsageError("Client.messages: give timeout, not both timeout and idle_timeout (its old name)")
+                raise UsageError("Client.messages: give timeout, not both it and idle_timeout (its old name)")
             warnings.warn("Client.messages(idle_timeout=) is now timeout=", DeprecationWarning, stacklevel=2)
             timeout = idle_timeout
         return self._messages(until_eos, timeout, count)

@@ -67,6 +67,10 @@ ROUTES: dict[str, tuple[str, ...]] = {
 """Each path and the methods it takes (the module's docstring says what they do)."""
 
 
+PROBES = {"/livez": ("live",), "/readyz": ("ready",), "/healthz": ("live", "ready")}
+"""What each probe checks of the health state."""
+
+
 def allowed_methods(route: str) -> tuple[str, ...]:
     """The methods `route` takes; () where there is no such path."""
     if route.startswith("/sources/"):
@@ -215,8 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "OPTIONS":
                 self._send(HTTPStatus.NO_CONTENT, b"", None, allow)
             elif method not in allowed:
-                raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED,
-                               f"{method} is not allowed on {route}: it takes {', '.join(allowed)}", allow)  # fmt: skip
+                refusal = f"{method} is not allowed on {route}: it takes {', '.join(allowed)}"
+                raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, refusal, allow)
             else:
                 self._serve(method, route)
         except _Refused as refused:
@@ -233,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif route == "/sources":
                 self._control("list")
             else:
-                self._probe({"/livez": ("live",), "/readyz": ("ready",), "/healthz": ("live", "ready")}[route])
+                self._probe(PROBES[route])
         elif method == "DELETE":
             self._control("remove", route[len("/sources/"):])
         elif route == "/sources":
@@ -271,7 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(HTTPStatus.BAD_REQUEST, f"Content-Length is not a length: {text!r}") from None
         if length > MAX_BODY:
             self.unread = length
-            raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body of {length} bytes is over the limit of {MAX_BODY}")
+            too_large = f"the body of {length} bytes is over the limit of {MAX_BODY}"
+            raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, too_large)
         return length
 
     def _body(self) -> Any:
@@ -335,7 +340,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.log_error("code %d, message %s", code, message)
         self._json(code, {"error": message or HTTPStatus(code).phrase}, {"Connection": "close"})
 
-    def _send(self, status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         if content_type is not None:
             self.send_header("Content-Type", content_type)

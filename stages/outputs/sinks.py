@@ -106,7 +106,8 @@ class VideoFileSink(_PerSource):
         ring = self._rings.get(wire) if wanted and info_dict.get("audio_mux") == "ring" and wire is not None else None
         template = c.path
         # A template with {index} or {start} already names each file apart; one file per source is numbered.
-        if self._runs[source_id] > 1 and not {name for name, _ in paths.fields(template)} & {"index", "start"}:
+        named_apart = {name for name, _ in paths.fields(template)} & {"index", "start"}
+        if self._runs[source_id] > 1 and not named_apart:
             template = later_run(template, lambda t: paths.render(t, source_id))
         return Recording(
             template,
@@ -186,7 +187,8 @@ class JsonlSink(_PerSource):
         if writer is not None:
             writer.write(event)
             return
-        with JsonlWriter(self._paths.get(source_id) or resolve_path(self.config.path, source_id), append=True) as late:
+        path = self._paths.get(source_id) or resolve_path(self.config.path, source_id)
+        with JsonlWriter(path, append=True) as late:
             late.write(event)
 
 

@@ -174,13 +174,16 @@ def detector_evidence(
         if kind == "detect":
             return True, "Ultralytics metadata task: detect"
         return False, f"the model is an Ultralytics {kind!r} export, not a detector"
-    sizes = [(i.shape[3], i.shape[2]) for i in inputs if len(i.shape) == 4]
-    size = next(((w, h) for w, h in sizes if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0), None)
+    sizes = [(w, h) for w, h in ((i.shape[3], i.shape[2]) for i in inputs if len(i.shape) == 4)
+             if isinstance(w, int) and isinstance(h, int) and min(w, h) > 0]  # fmt: skip
+    size = sizes[0] if sizes else None
     if len(outputs) == 1 and len(outputs[0].shape) == 3 and size is not None:
         d1, d2 = outputs[0].shape[1], outputs[0].shape[2]
         if isinstance(d1, int) and d1 >= 5 and d2 == grid_cells(*size, YOLOV8_STRIDES):
-            return True, f"one output [B, {d1}, {d2}]: 4 + {d1 - 4} classes at the grid cells of a {size[0]}x{size[1]} input"
-    return False, f"{_describe(outputs)} does not tell its task: a YOLOv8-style detector's one [B, 4+C, N] output would"
+            cells = f"the grid cells of a {size[0]}x{size[1]} input"
+            return True, f"one output [B, {d1}, {d2}]: 4 + {d1 - 4} classes at {cells}"
+    would = "a YOLOv8-style detector's one [B, 4+C, N] output would"
+    return False, f"{_describe(outputs)} does not tell its task: {would}"
 
 
 def _describe(outputs: Sequence[TensorSpec]) -> str:

@@ -24,7 +24,7 @@ def test_every_wait_is_timeout_and_the_old_name_still_works(tmp_path: Path) -> N
         with pytest.warns(DeprecationWarning, match=r"idle_timeout=\) is now timeout="):
             assert list(client.messages(idle_timeout=0.1)) == []
         assert time.monotonic() - started < 5
-        with pytest.raises(UsageError, match="not both timeout and idle_timeout"):
+        with pytest.raises(UsageError, match="not both it and idle_timeout"):
             client.messages(timeout=1, idle_timeout=1)
     with pytest.raises(UsageError, match="mode must be sub or pull, got 'pub'"):
         Client(f"ipc://{tmp_path}/x.sock", mode="pub")  # type: ignore[arg-type]
