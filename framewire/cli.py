@@ -235,7 +235,7 @@ def _subscribe(args: argparse.Namespace) -> int:
     with Client(args.endpoint, mode=args.mode, topics=(args.topic,), server_key=args.server_key,
                 client_key=args.client_key) as client:  # fmt: skip
         try:
-            for message in client.messages(until_eos=args.until_eos, idle_timeout=args.timeout or None,
+            for message in client.messages(until_eos=args.until_eos, timeout=args.timeout or None,
                                            count=args.count or None):  # fmt: skip
                 if isinstance(message, FrameRecord) and message.jpeg is not None and args.save_images:
                     Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(message.jpeg)

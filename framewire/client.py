@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import zmq
@@ -94,6 +95,17 @@ class ProtocolError(FramewireError, ValueError):
 
 
 def decode_jpeg(data: bytes) -> np.ndarray:
+    """A JPEG part as an HxWx3 BGR uint8 array.
+
+    Args:
+        data: the JPEG's bytes (a `zmq` output's image part).
+
+    Returns:
+        The decoded picture.
+
+    Raises:
+        ProtocolError: `data` is not a JPEG.
+    """
     import cv2  # only a client that wants pixels needs OpenCV loaded
 
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
@@ -103,7 +115,18 @@ def decode_jpeg(data: bytes) -> np.ndarray:
 
 
 def parse(parts: Sequence[bytes], *, decode_images: bool = False) -> Message:
-    """One multipart message as a typed record; ProtocolError when it is not framewire's."""
+    """One multipart message of a `zmq` output as a typed record.
+
+    Args:
+        parts: the message's frames as received: topic, header JSON, then the JPEG and arrays it announces.
+        decode_images: decode the JPEG now (`FrameRecord.pixels`) rather than in `FrameRecord.image()`.
+
+    Returns:
+        A `FrameRecord`, `EndOfStream` or `SegmentClosed`.
+
+    Raises:
+        ProtocolError: the message does not follow framewire's wire format (named in one line).
+    """
     if len(parts) < 2:
         raise ProtocolError(f"a message of {len(parts)} part(s), expected the topic and a header")
     try:
@@ -155,13 +178,24 @@ def _typed(header: dict[str, Any], jpeg: bytes | None, arrays: dict[str, np.ndar
 
 class Client:
     """Reads a framewire `zmq` output: `mode="sub"` for a pub output (optionally only some
-    `topics`, source id prefixes), `mode="pull"` for a push output."""
+    `topics`, source id prefixes), `mode="pull"` for a push output.
+
+    Every wait is `timeout`, in seconds, for the next message: `receive(timeout=)`,
+    `messages(timeout=)` and the `subscribe` command's `--timeout` mean the same thing.
+
+    Attributes:
+        endpoint: the endpoint connected to.
+        lost: messages a pub output sent that this client never got, from the gaps in each
+            source's message numbers.
+        lost_by_source: `lost` by source id.
+        bad: messages skipped because they did not follow the wire format (each one logged).
+    """
 
     def __init__(
         self,
         endpoint: str,
         *,
-        mode: str = "sub",
+        mode: Literal["sub", "pull"] = "sub",
         topics: Sequence[str] = ("",),
         server_key: str | None = None,
         client_key: str | None = None,
@@ -170,6 +204,26 @@ class Client:
         reconnect_ms: tuple[int, int] = (20, 100),
         context: zmq.Context | None = None,
     ) -> None:
+        """Connect (ZeroMQ connects in the background: the daemon may start later, or restart).
+
+        Args:
+            endpoint: the output's `endpoint`, e.g. `tcp://127.0.0.1:5560` or `ipc:///tmp/fw.sock`.
+            mode: `sub` for a `pub` output, `pull` for a `push` output.
+            topics: with `sub`, the source id prefixes to receive; `("",)`: every source.
+            server_key: the output's CurveZMQ certificate file (the `.key` that `keys` made, or
+                its `.key_secret`); None: a plain connection.
+            client_key: with `server_key`, this client's `.key_secret` file; None: a fresh key
+                pair (enough unless the output lists the clients it allows).
+            decode_images: decode each frame's JPEG on arrival (`FrameRecord.pixels`) rather than
+                when `FrameRecord.image()` is called.
+            hwm: messages queued in this client before ZeroMQ drops (sub) or holds back (pull) more.
+            reconnect_ms: the first and the longest wait between two reconnection tries, in ms.
+            context: a ZeroMQ context to share; None: the client makes and ends its own.
+
+        Raises:
+            UsageError: a `mode` other than sub or pull, or an endpoint ZeroMQ refuses.
+            FramewireError: a key file that cannot be read or holds no secret key.
+        """
         if mode not in ("sub", "pull"):
             raise UsageError(f"mode must be sub or pull, got {mode!r}")
         self.endpoint = endpoint
@@ -214,7 +268,14 @@ class Client:
                 sock.setsockopt_string(zmq.SUBSCRIBE, topic)
 
     def receive(self, timeout: float | None = None) -> Message | None:
-        """The next message, waiting up to `timeout` seconds (None: for ever); None on timeout."""
+        """The next message. One that does not follow the wire format is skipped (counted in `bad`).
+
+        Args:
+            timeout: the longest wait for it, in seconds; None: for ever.
+
+        Returns:
+            A `FrameRecord`, `EndOfStream` or `SegmentClosed`; None when `timeout` passed first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
@@ -231,15 +292,41 @@ class Client:
             return message
 
     def messages(
-        self, *, until_eos: bool = False, idle_timeout: float | None = None, count: int | None = None
+        self,
+        *,
+        until_eos: bool = False,
+        timeout: float | None = None,
+        count: int | None = None,
+        idle_timeout: float | None = None,
     ) -> Iterator[Message]:
-        """Messages as they come. Ends after `count` of them, after `idle_timeout` seconds without
-        one, or, with `until_eos`, once every source seen has ended."""
+        """Messages as they come, until one of the ends asked for.
+
+        Args:
+            until_eos: end once every source seen so far has sent its `EndOfStream` (which is
+                yielded too).
+            timeout: end after this many seconds without a message; None: wait for ever.
+            count: end after this many messages; None: no limit.
+            idle_timeout: the old name of `timeout`, deprecated.
+
+        Returns:
+            An iterator of `FrameRecord`, `EndOfStream` and `SegmentClosed`, in the order received.
+
+        Raises:
+            UsageError: both `timeout` and `idle_timeout` given.
+        """
+        if idle_timeout is not None:
+            if timeout is not None:
+                raise UsageError("Client.messages: give timeout, not both it and idle_timeout (its old name)")
+            warnings.warn("Client.messages(idle_timeout=) is now timeout=", DeprecationWarning, stacklevel=2)
+            timeout = idle_timeout
+        return self._messages(until_eos, timeout, count)
+
+    def _messages(self, until_eos: bool, timeout: float | None, count: int | None) -> Iterator[Message]:
         seen: set[str] = set()
         ended: set[str] = set()
         received = 0
         while count is None or received < count:
-            message = self.receive(idle_timeout)
+            message = self.receive(timeout)
             if message is None:
                 return
             received += 1
@@ -251,6 +338,7 @@ class Client:
                 return
 
     def __iter__(self) -> Iterator[Message]:
+        """`messages()`: every message, for ever (until `close()`)."""
         return self.messages()
 
     def _count(self, message: Message) -> None:
@@ -266,11 +354,13 @@ class Client:
         self._next[message.source] = number + 1
 
     def close(self) -> None:
+        """Close the socket (and the context the client made); what is queued is dropped."""
         self._sock.close(linger=0)
         if self._own_context:
             self._ctx.term()
 
     def __enter__(self) -> Client:
+        """The client itself; leaving the `with` block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -63,6 +63,16 @@ def render(template: str, source_id: str, index: int = 0, start_s: float | None 
     return template.format(source_id=source_id, index=index, start=start)
 
 
+def numbered(template: str, number: int) -> str:
+    """`template` with `.<number>` before its file name's extension (`out/{source_id}.mp4` ->
+    `out/{source_id}.2.mp4`), or after a name without one: a source's later run in one job."""
+    head, slash, name = template.rpartition("/")
+    stem, dot, extension = name.rpartition(".")
+    if not stem:
+        return f"{template}.{number}"
+    return f"{head}{slash}{stem}.{number}{dot}{extension}"
+
+
 def pattern(template: str, source_id: str) -> str:
     """A glob that matches every file the template makes for `source_id`."""
     out = []

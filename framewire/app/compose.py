@@ -18,6 +18,7 @@ from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from framewire.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
+from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
@@ -37,15 +38,33 @@ from framewire.stages.steps import resolve_step
 from framewire.stages.steps.base import Step
 from framewire.stages.tasks import resolve_object_task, resolve_task
 from framewire.stages.tasks.base import ModelInfo, Task
+from framewire.stages.tasks.detection_formats import detector_evidence
 from framewire.stages.tasks.labels import class_filter
 from framewire.stages.tracking import TrackStage, resolve_tracking
+
+log = logging.getLogger(__name__)
 
 
 def build_task(config: Config) -> Task:
     """The primary model's task, bound to what its model file says (input size, format, labels)."""
-    task = resolve_task(config.model.task, config.model.params)
+    name = config.model.task if config.model.task is not None else task_from_model(config)
+    task = resolve_task(name, config.model.params)
     task.use_model(model_info(config.model.path, "model.path"))
     return task
+
+
+def task_from_model(config: Config) -> str:
+    """The task of a `model:` that names none, where the model file shows it beyond doubt: an
+    Ultralytics detect export or a YOLOv8-style detector (detection_formats.detector_evidence)."""
+    for key in config.model.params:  # `taks: detection` is a misspelt task, not a task parameter
+        if suggest(key, ["task"]):
+            raise ConfigError(f"model.{key}: unknown key (did you mean task?)")
+    info = model_info(config.model.path, "model.path")
+    found, why = detector_evidence(info.inputs, info.outputs, info.metadata)
+    if not found:
+        raise ConfigError(f"model.task: required key is missing ({why})")
+    log.debug("model.task: detection, from the model (%s)", why)
+    return "detection"
 
 
 def model_info(path: str, key: str) -> ModelInfo:
@@ -247,7 +266,7 @@ def check_cascade(config: Config, task: Task) -> None:
     follows += ["tracking"] if config.tracking else []
     if follows and not task.gives_boxes:
         raise ConfigError(
-            f"{follows[0]}: needs a model that gives boxes, but model.task {config.model.task!r} gives none "
+            f"{follows[0]}: needs a model that gives boxes, but model.task {task.name!r} gives none "
             f"(detection, face_detection, text_detection do)"
         )
     labels = task.labels()
@@ -356,7 +375,7 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     try:
         source = SourceConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, "source")) from None
+        raise ConfigError(describe_validation_error(exc, "source", model=SourceConfig)) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
     path = local_path(resolved.sources[0].uri)
     kind = source_kind(resolved.sources[0].uri)

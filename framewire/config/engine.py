@@ -16,8 +16,12 @@ class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     path: str = Field(description="The ONNX model file.")
-    task: str = Field(
-        description="The model family: face_detection, matting, or `package.module:Class`."
+    task: str | None = Field(
+        default=None,
+        description="The model family: face_detection, detection, matting, ... or `package.module:Class`. "
+        "Left out, it is told from the model file where that is beyond doubt: an Ultralytics detect "
+        "export (its metadata), or one [B, 4+C, N] output, N the grid cells of the input at strides "
+        "8/16/32 (YOLOv8, YOLO11): detection. Any other model needs it.",
     )
 
     @property

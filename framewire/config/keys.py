@@ -90,3 +90,15 @@ def text_key(model: type[BaseModel], path: Sequence[Part]) -> tuple[bool, bool]:
     nullable = type(None) in members
     values = [m for m in members if m is not type(None)]
     return bool(values) and all(m is str for m in values), nullable
+
+
+def tags_at(model: type[BaseModel], path: Sequence[Part], tag_key: str = "kind") -> list[str]:
+    """The tags (`kind` values) of the discriminated union at `path`, in declaration order."""
+    tags: list[str] = []
+    for annotation in annotations_at(model, path):
+        for member in _members(annotation):
+            if isinstance(member, type) and issubclass(member, BaseModel) and tag_key == "kind":
+                kind = _kind_of(member)
+                if kind is not None and kind not in tags:
+                    tags.append(kind)
+    return tags

@@ -88,6 +88,8 @@ def describe_validation_error(
         line = f"{key}: unknown key" + (f" (did you mean {hint}?)" if hint else "")
     elif first["type"] == "missing":
         line = f"{key}: required key is missing"
+    elif first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        line = _tag_line(key, first, model)
     elif first["type"] == "value_error" and _KEYED.match(msg):
         line = _keyed(key if loc or prefix else "", msg)
     else:
@@ -109,6 +111,22 @@ def _keyed(key: str, msg: str) -> str:
     if not key or named == key or named.startswith(key + "."):
         return msg
     return f"{key}.{msg}"
+
+
+def _tag_line(key: str, error: Any, model: type[BaseModel] | None) -> str:
+    """A discriminated union's tag (an output's `kind`) that is missing or names no member: the tags
+    there are, and the closest one, instead of pydantic's "Input tag 'json' found using 'kind'..."."""
+    ctx = error.get("ctx") or {}
+    tag_key = str(ctx.get("discriminator", "kind")).strip("'")
+    tags = [t.strip(" '") for t in str(ctx["expected_tags"]).split(",")] if "expected_tags" in ctx else []
+    if not tags and model is not None:
+        tags = keys.tags_at(model, tuple(error["loc"]), tag_key)
+    kinds = f"the kinds are {', '.join(tags)}" if tags else ""
+    if error["type"] == "union_tag_not_found":
+        return f"{key}.{tag_key}: required key is missing" + (f" ({kinds})" if kinds else "")
+    hint = keys.suggest(str(ctx.get("tag")), tags)
+    said = "; ".join(x for x in (f"did you mean {hint}?" if hint else "", kinds) if x)
+    return f"{key}.{tag_key}: unknown {tag_key} {ctx.get('tag')!r}" + (f" ({said})" if said else "")
 
 
 def _useful(errors: list[Any]) -> list[Any]:

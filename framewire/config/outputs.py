@@ -30,11 +30,17 @@ class VideoFileOutput(_Model):
     path: str = Field(
         description="Output file, a template: `{source_id}`, `{index}` (the segment's number, e.g. "
         "`{index:04d}`) and `{start}` (when its first frame was read, UTC; a strftime spec such as "
-        "`{start:%Y%m%d-%H%M%S}`) are filled in."
+        "`{start:%Y%m%d-%H%M%S}`) are filled in. A source id added again while the job runs (POST "
+        "/sources after the first one ended) keeps the earlier files: with neither {index} nor {start} "
+        "its file is numbered, `out/cam.2.mp4` (the first number from 2 not on disk)."
     )
     crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
     preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
-    audio: bool = Field(default=True, description="Copy the source's audio through when it has some.")
+    audio: bool = Field(
+        default=True,
+        description="The source's audio, when it has some: copied as it is when MP4 players take it "
+        "(AAC, MP3, ALAC, Opus), else encoded as AAC (FLAC, AC-3, PCM...).",
+    )
     container: Literal["fmp4", "mp4"] = Field(
         default="fmp4",
         description="fmp4: fragmented MP4, playable up to its last complete fragment even when the "
@@ -81,7 +87,11 @@ class VideoFileOutput(_Model):
 
 class JsonlOutput(_Model):
     kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
-    path: str = Field(description="Output file; `{source_id}` is replaced by the source's id.")
+    path: str = Field(
+        description="Output file; `{source_id}` is replaced by the source's id. A source id added again "
+        "while the job runs (POST /sources after the first one ended) writes a new file beside the "
+        "earlier one, numbered: `out/cam.2.jsonl` (the first number from 2 not on disk)."
+    )
 
     @field_validator("path")
     @classmethod

@@ -31,8 +31,12 @@ from framewire.pipeline.uris import local_path
 
 log = logging.getLogger(__name__)
 
-# Audio codecs an MP4 carries as they are; anything else (PCM from AVI, vorbis...) becomes AAC.
-MP4_AUDIO_CODECS = frozenset({"aac", "mp3", "ac3", "eac3", "opus", "alac", "flac"})
+MP4_AUDIO_CODECS = frozenset({"aac", "mp3", "alac", "opus"})
+"""Audio copied into an MP4 as it is: what the players people use play from an MP4 (QuickTime,
+Safari, browsers, VLC). Anything else becomes AAC: FLAC, AC-3 and E-AC-3 mux into MP4 but QuickTime,
+Safari or Chrome refuse them; PCM, Vorbis and others do not mux at all."""
+AAC_RATES = (7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000)
+"""The sample rates AAC has; other rates are resampled to the next one up (at most 96 kHz)."""
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the matrix OpenCV's BGR->I420 uses
 _TV_RANGE = 1  # AVCOL_RANGE_MPEG
 CONTAINERS = ("fmp4", "mp4")
@@ -273,7 +277,8 @@ class _AudioCopy:
             except ValueError:
                 log.info("video_file output %s: MP4 refuses %s audio as is; encoding AAC", out_path, name)
         ctx = stream.codec_context
-        out_stream = output.add_stream("aac", rate=ctx.sample_rate, layout=_layout(ctx))
+        rate = next((r for r in AAC_RATES if r >= ctx.sample_rate), AAC_RATES[-1])
+        out_stream = output.add_stream("aac", rate=rate, layout=_layout(ctx))
         return cls(source, stream, output, out_stream, f"aac from {name}")
 
     def copy_until(self, time_s: float) -> None:

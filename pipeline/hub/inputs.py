@@ -341,7 +341,7 @@ class Inputs:
             "failed": record.failed,
             "reconnects": record.reconnects,
             "offline_s": round(record.offline_s, 3),
-            "online": record.online,
+            "online": record.online and state not in ("draining", "ended", "failed"),  # read no more
             "corrupt": record.corrupt,
             "rejected": dict(record.rejected),
             "error": record.error,

@@ -107,7 +107,8 @@ class Gauges:
             families["framewire_source_up"][key] = 0.0 if ended else 1.0
             families["framewire_reconnects_total"][key] = float(record.reconnects)
             families["framewire_source_offline_seconds_total"][key] = float(record.offline_s)
-            families["framewire_source_online"][key] = 1.0 if record.online and not ended else 0.0
+            read = not (ended or router.ending(sid))  # as GET /sources says: draining is read no more
+            families["framewire_source_online"][key] = 1.0 if record.online and read else 0.0
             families["framewire_corrupt_frames_total"][key] = float(record.corrupt)
             if record.plan.options.latency_budget_ms:
                 families["framewire_latency_over_budget_total"][key] = float(record.over_budget)

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import cv2
 import numpy as np
 
 from framewire.media.audio import RingTrack
-from framewire.media.segments import Recording, Retention, Segment
+from framewire.media.segments import PART, Recording, Retention, Segment
 from framewire.media.video_reader import StreamInfo
 from framewire.media.video_writer import VideoFileWriter
 from framewire.pipeline.wire.audioring import RingCache, ring_of
 from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path
+from framewire.pipeline import paths
 from framewire.pipeline.errors import FramewireError
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.pipeline.wire.publish import Publisher
@@ -26,12 +28,27 @@ from framewire.stages.outputs.record import RECORD_VERSION, composited_image, em
 log = logging.getLogger(__name__)
 
 
+def later_run(template: str, path_of: Callable[[str], str]) -> str:
+    """The path template of a source's second or later run in one job (its id added again through
+    POST /sources after the first ended): numbered from 2, the first number whose file is not on
+    disk (`out/cam.mp4`, then `out/cam.2.mp4`, `out/cam.3.mp4`), so no earlier run is written over."""
+    number = 2
+    while os.path.exists(path_of(paths.numbered(template, number))) or os.path.exists(
+        path_of(paths.numbered(template, number)) + PART
+    ):
+        number += 1
+    return paths.numbered(template, number)
+
+
 class _PerSource(Stage):
     """Shared lifecycle: one writer per source, opened on its first frame, closed on its end."""
 
     def __init__(self) -> None:
         self.streams: dict[str, dict[str, Any]] = {}
         self._writers: dict[str, Any] = {}
+        self._runs: dict[str, int] = {}
+        """How many times each source has opened its files in this job (an output lives as long
+        as the job): a source id added again after it ended is a later run (`later_run`)."""
         self.ctx = StageContext("output", 0)
 
     def start(self, ctx: StageContext) -> None:
@@ -44,6 +61,7 @@ class _PerSource(Stage):
     def writer(self, source_id: str) -> Any:
         writer = self._writers.get(source_id)
         if writer is None:
+            self._runs[source_id] = self._runs.get(source_id, 0) + 1
             writer = self._open(source_id)
             self._writers[source_id] = writer
         return writer
@@ -86,8 +104,13 @@ class VideoFileSink(_PerSource):
         first = self._first.pop(source_id, None)
         wire = ring_of(first.pool_wire) if first is not None else None
         ring = self._rings.get(wire) if wanted and info_dict.get("audio_mux") == "ring" and wire is not None else None
+        template = c.path
+        # A template with {index} or {start} already names each file apart; one file per source is numbered.
+        named_apart = {name for name, _ in paths.fields(template)} & {"index", "start"}
+        if self._runs[source_id] > 1 and not named_apart:
+            template = later_run(template, lambda t: paths.render(t, source_id))
         return Recording(
-            c.path,
+            template,
             source_id,
             functools.partial(self._segment_writer, info, audio, ring),
             time_base=info.time_base,
@@ -140,9 +163,15 @@ class JsonlSink(_PerSource):
     def __init__(self, config: JsonlOutput) -> None:
         super().__init__()
         self.config = config
+        self._paths: dict[str, str] = {}
+        """Each source's file in its latest run, for the events that come after its end."""
 
     def _open(self, source_id: str) -> JsonlWriter:
-        writer = JsonlWriter(resolve_path(self.config.path, source_id))
+        template = self.config.path
+        if self._runs[source_id] > 1:
+            template = later_run(template, lambda t: resolve_path(t, source_id))
+        self._paths[source_id] = resolve_path(template, source_id)
+        writer = JsonlWriter(self._paths[source_id])
         writer.open()
         return writer
 
@@ -158,7 +187,8 @@ class JsonlSink(_PerSource):
         if writer is not None:
             writer.write(event)
             return
-        with JsonlWriter(resolve_path(self.config.path, source_id), append=True) as late:
+        path = self._paths.get(source_id) or resolve_path(self.config.path, source_id)
+        with JsonlWriter(path, append=True) as late:
             late.write(event)
 
 

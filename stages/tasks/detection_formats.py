@@ -159,6 +159,33 @@ def _separate(outputs: Sequence[TensorSpec], named: str) -> Layout:
     return Layout("separate", names, classes, "outputs named " + ", ".join(n for n in names if n))
 
 
+YOLOV8_STRIDES = (8, 16, 32)
+
+
+def detector_evidence(
+    inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], metadata: Mapping[str, str]
+) -> tuple[bool, str]:
+    """Whether the model file shows beyond doubt that it is a detector (so `model.task` may be left
+    out), and why or why not: an Ultralytics export says its task in its metadata; without that,
+    one [B, 4+C, N] output with N the grid cells of its fixed input at strides 8/16/32 is YOLOv8's
+    anchor-free head (no other family this task reads has channels first at exactly that count)."""
+    if "ultralytics" in metadata.get("author", "").lower() and metadata.get("task"):
+        kind = metadata["task"]
+        if kind == "detect":
+            return True, "Ultralytics metadata task: detect"
+        return False, f"the model is an Ultralytics {kind!r} export, not a detector"
+    sizes = [(w, h) for w, h in ((i.shape[3], i.shape[2]) for i in inputs if len(i.shape) == 4)
+             if isinstance(w, int) and isinstance(h, int) and min(w, h) > 0]  # fmt: skip
+    size = sizes[0] if sizes else None
+    if len(outputs) == 1 and len(outputs[0].shape) == 3 and size is not None:
+        d1, d2 = outputs[0].shape[1], outputs[0].shape[2]
+        if isinstance(d1, int) and d1 >= 5 and d2 == grid_cells(*size, YOLOV8_STRIDES):
+            cells = f"the grid cells of a {size[0]}x{size[1]} input"
+            return True, f"one output [B, {d1}, {d2}]: 4 + {d1 - 4} classes at {cells}"
+    would = "a YOLOv8-style detector's one [B, 4+C, N] output would"
+    return False, f"{_describe(outputs)} does not tell its task: {would}"
+
+
 def _describe(outputs: Sequence[TensorSpec]) -> str:
     if len(outputs) == 1:
         return f"the model's output {outputs[0].name!r} {list(outputs[0].shape)}"

@@ -86,6 +86,10 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         assert json.loads(get(url + "/livez")[1]) == {"live": True}
         status, body = call(url + "/sources", "POST", {"id": "gone", "uri": str(tmp_path / "missing.mp4")})
         assert (status, body) == (400, {"error": f"source.uri: file not found: {tmp_path / 'missing.mp4'}"})
+        assert call(url + "/sources", "POST", {"id": "x", "urii": "clip.mp4"}) == (
+            400, {"error": "source.urii: unknown key (did you mean uri?)"})  # fmt: skip
+        assert call(url + "/sources", "PUT", {"id": "x"}) == (
+            405, {"error": "PUT is not allowed on /sources: it takes GET, HEAD, POST"})  # fmt: skip
         (tmp_path / "notes.mp4").write_text("not a video\n" * 50)
         assert call(url + "/sources", "POST", {"id": "junk", "uri": str(tmp_path / "notes.mp4")})[0] == 201
         states = lambda: {s["id"]: s for s in call(url + "/sources")[1]["sources"]}  # noqa: E731
@@ -93,6 +97,7 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         listed = states()
         assert (listed["clip"]["frames"], listed["clip"]["read"], listed["clip"]["error"]) == (120, 120, None)
         assert "notes.mp4" in listed["junk"]["error"]
+        assert (listed["clip"]["online"], listed["junk"]["online"]) == (False, False)
         status, text = get(url + "/metrics?format=text")
         families = {f.name: f for f in text_string_to_metric_families(text)}
         outputs = {s.labels["source"]: s.value for s in families["framewire_frames"].samples if s.labels["stage"] == "output"}

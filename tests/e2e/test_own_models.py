@@ -73,10 +73,11 @@ def test_yolox_from_the_shipped_config_matches_ddddocr(tmp_path: Path) -> None:
 
 def test_an_ultralytics_yolov8_model_matches_nudenet(tmp_path: Path) -> None:
     """nudenet's model (AGPL-3.0) is loaded from the installed package, never copied. Its format
-    (yolov8), input size and labels come from the model itself; the preprocessing keys say what
-    nudenet's own code does (pad bottom-right with black, BGR as its colour conversions end up)."""
+    (yolov8), input size and labels come from the model itself, and its task too (no `task:`, as
+    the README promises); the preprocessing keys say what nudenet's own code does (pad bottom-right
+    with black, BGR as its colour conversions end up)."""
     model = {
-        "path": str(R.nudenet_model()), "task": "detection",
+        "path": str(R.nudenet_model()),
         "pad": "top_left", "pad_value": 0, "channels": "bgr", "nms": "agnostic",
     }  # fmt: skip
     config = yaml.safe_load((CONFIGS / "yolox.yaml").read_text())

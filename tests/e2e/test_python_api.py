@@ -107,7 +107,7 @@ def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> No
             first = client.receive(timeout=120)
             assert isinstance(first, FrameRecord)
             time.sleep(2.5)  # busy elsewhere: about 60 frames of 0.3 MB go out meanwhile
-            for message in client.messages(until_eos=True, idle_timeout=60):
+            for message in client.messages(until_eos=True, timeout=60):
                 received.append(message)
             _, err = proc.communicate(timeout=60)
         finally:

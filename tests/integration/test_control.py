@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -16,9 +17,11 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from framewire.config import JsonlOutput, VideoFileOutput
 from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
 from framewire.pipeline.run.supervisor import Supervisor
-from tests.support import fakes
+from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink
+from tests.support import clips, fakes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -122,6 +125,7 @@ def test_metrics_health_and_a_source_added_then_drained(tmp_path: Path) -> None:
         wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended", "ended"])
         listed = {s["id"]: s for s in request(job.url + "/sources")[1]["sources"]}
         assert (listed["a"]["frames"], listed["a"]["read"], listed["b"]["frames"]) == (40, 40, 25)
+        assert (listed["a"]["online"], listed["b"]["online"]) == (False, False)
         families = {f.name: f for f in text_string_to_metric_families(request(job.url + "/metrics", token=None)[1])}
         up = {s.labels["source"]: s.value for s in families["framewire_source_up"].samples}
         dropped = {(s.labels["source"], s.labels["reason"]) for s in families["framewire_dropped_frames"].samples}
@@ -150,6 +154,8 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         wait_for(lambda: (tmp_path / "endless.closed").exists())
         states = lambda: {s["id"]: s["state"] for s in request(job.url + "/sources")[1]["sources"]}  # noqa: E731
         wait_for(lambda: states() == {"other": "running", "endless": "ended"})
+        online = {s["id"]: s["online"] for s in request(job.url + "/sources")[1]["sources"]}
+        assert online == {"other": True, "endless": False}  # an ended source is read no more
         assert request(job.url + "/sources/endless", "DELETE")[0] == 200  # an ended source: forgotten
         assert states() == {"other": "running"}
         wait_for(lambda: (tmp_path / "other.jsonl").exists())  # its decode worker may start later
@@ -159,6 +165,31 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
         assert request(job.url + "/sources/nope", "DELETE")[0] == 404
     lines = [json.loads(x) for x in (tmp_path / "endless.jsonl").read_text().splitlines()]
     assert [r["seq"] for r in lines] == list(range(len(lines)))
+
+
+def test_a_source_id_added_again_keeps_its_earlier_files(tmp_path: Path) -> None:
+    """The real file outputs: a source id re-added after it ended writes `b.2.jsonl` and `b.2.mp4`
+    beside its first run's files, which keep every frame they had."""
+    outputs = (
+        ("jsonl", functools.partial(JsonlSink, JsonlOutput(kind="jsonl", path=f"{tmp_path}/{{source_id}}.jsonl"))),
+        ("video", functools.partial(VideoFileSink, VideoFileOutput(kind="video_file", path=f"{tmp_path}/{{source_id}}.mp4"))),
+    )  # fmt: skip
+    job_plan = dataclasses.replace(plan(tmp_path, {}), outputs=outputs)
+    (tmp_path / "b.3.jsonl").write_text("from another job\n")  # a name taken on disk is skipped too
+    with Running(job_plan) as job:
+        job.wait_ready()
+        for frames in (25, 10, 5):
+            assert request(job.url + "/sources", "POST", {"id": "b", "frames": frames})[0] == 201
+            wait_for(lambda: [s["state"] for s in request(job.url + "/sources")[1]["sources"]] == ["ended"])
+            assert request(job.url + "/sources/b", "DELETE")[0] == 200
+        assert request(job.url + "/drain", "POST")[0] == 202
+        job.thread.join(30)
+    assert job.report is not None and job.report.exit_code == 0
+    for name, frames in (("b", 25), ("b.2", 10), ("b.4", 5)):
+        assert [json.loads(x)["seq"] for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()] == list(range(frames))
+    assert (tmp_path / "b.3.jsonl").read_text() == "from another job\n"
+    assert sorted(p.name for p in tmp_path.glob("b*.mp4")) == ["b.2.mp4", "b.3.mp4", "b.mp4"]
+    assert [clips.count_frames(tmp_path / f"{name}.mp4") for name in ("b", "b.2", "b.3")] == [25, 10, 5]
 
 
 def open_fds(pids: list[int]) -> int:

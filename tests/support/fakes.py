@@ -37,6 +37,10 @@ class SyntheticSource:
             "fps": "25/1",
             "time_base": "1/25",
             "frame_count": self.count,
+            "duration_s": self.count / 25.0,
+            "has_audio": False,
+            "audio_codec": None,
+            "is_file": False,
         }
 
     def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:

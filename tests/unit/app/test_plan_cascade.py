@@ -67,6 +67,22 @@ def test_a_model_that_fits_no_format(tmp_path: Path) -> None:
     )
 
 
+def test_a_yolov8_style_model_needs_only_its_path(tmp_path: Path) -> None:
+    path = _model_with_output(tmp_path / "v8.onnx", [1, 6, 84])  # 4 + 2 classes at the 84 grid cells of 64x64
+    task = check(_config({"path": path}))
+    assert task.name == "detection" and task.summary().startswith("detection: format yolov8 ([B, 6, 84]: channels first")
+
+
+def test_a_model_that_does_not_tell_its_task_needs_one(tmp_path: Path) -> None:
+    path = _model_with_output(tmp_path / "cls.onnx", [1, 10])
+    assert _error(_config({"path": path})) == (
+        "model.task: required key is missing (the model's output 'output0' [1, 10] does not tell its task: "
+        "a YOLOv8-style detector's one [B, 4+C, N] output would)"
+    )
+    assert _error(_config({"path": path, "taks": "detection"})) == "model.taks: unknown key (did you mean task?)"
+    assert _error(_config({"path": str(tmp_path / "none.onnx")})) == f"model.path: model file not found: {tmp_path / 'none.onnx'}"
+
+
 def test_labels_that_do_not_match_the_class_count() -> None:
     message = _error(_config({"path": YOLOX, "task": "detection", "labels": ["a", "b"]}))
     assert message == "model.labels: 2 labels (config) but the model's output 'output' has 1 classes"

@@ -183,6 +183,25 @@ def test_segments_of_a_clip_with_audio_carry_their_own_audio(tmp_path: Path) -> 
     assert durations[0] == pytest.approx(2.0, abs=0.1) and durations[1] == pytest.approx(2.0, abs=0.1)
 
 
+def test_segments_of_a_clip_with_flac_audio_each_carry_aac(tmp_path: Path) -> None:
+    source = clips.make_clip(tmp_path / "flac.mkv", frames=125, audio=True, audio_codec="flac")
+    announced: list[Segment] = []
+    with VideoReader("c", str(source)) as reader:
+        info = reader.info
+        opener = functools.partial(
+            lambda path, start_s, first: VideoFileWriter(path, info, preset="ultrafast", audio_from=str(source),
+                                                         container="fmp4", audio_start_s=None if first else start_s))  # fmt: skip
+        rec = Recording(str(tmp_path / "out" / "{index}.mp4"), "c", opener, time_base=info.time_base, fps=info.fps,
+                        segment_s=2.0, on_segment=announced.append)  # fmt: skip
+        for frame in reader.frames():
+            rec.write(frame.image, frame.pts)
+        rec.close()
+    assert [s.frames for s in announced] == [50, 50, 25]
+    assert [clips.audio_codec(Path(s.path)) for s in announced] == ["aac", "aac", "aac"]
+    durations = [clips.audio_duration_s(Path(s.path)) for s in announced]
+    assert sum(durations) == pytest.approx(clips.audio_duration_s(source), abs=0.15)
+
+
 def test_path_templates() -> None:
     start = 1_700_000_000.5
     assert paths.render("out/{source_id}/{start}-{index:04d}.mp4", "cam", 7, start) == "out/cam/20231114T221320Z-0007.mp4"
@@ -199,3 +218,10 @@ def test_path_templates() -> None:
     for bad in ("{nope}.mp4", "{index.real}.mp4", "{source_id!r}.mp4", "{x.mp4", "{index:%Y}.mp4"):
         with pytest.raises(ValueError):
             paths.check(bad)
+
+
+def test_a_later_run_is_numbered_before_the_extension() -> None:
+    assert paths.numbered("out/{source_id}.mp4", 2) == "out/{source_id}.2.mp4"
+    assert paths.numbered("out.d/{source_id}", 3) == "out.d/{source_id}.3"
+    assert paths.numbered("out/{source_id}/video.tar.gz", 2) == "out/{source_id}/video.tar.2.gz"
+    assert paths.numbered("out/.hidden", 2) == "out/.hidden.2"

@@ -29,6 +29,11 @@ GENERATED = [
     ("mjpeg.mov", {"codec": "mjpeg"}, None),
     ("mjpeg_odd.avi", {"codec": "mjpeg", "width": 175, "height": 143}, None),
     ("h264_odd_aac.mp4", {"width": 175, "height": 143, "audio": True}, "aac"),
+    # FLAC and AC-3 mux into MP4 but QuickTime, Safari or Chrome refuse them: AAC; ALAC and Opus play.
+    ("h264_flac.mkv", {"audio": True, "audio_codec": "flac"}, "aac"),
+    ("h264_ac3.mkv", {"audio": True, "audio_codec": "ac3"}, "aac"),
+    ("h264_alac.mov", {"audio": True, "audio_codec": "alac"}, "alac"),
+    ("h264_opus.mkv", {"audio": True, "audio_codec": "libopus"}, "opus"),
     ("raw.h264", {}, None),  # no pts at all: the reader derives them
 ]
 
@@ -175,3 +180,31 @@ def info_for(width: int, height: int) -> StreamInfo:
         source_id="t", uri="t.mp4", width=width, height=height, fps=Fraction(25), time_base=Fraction(1, 25),
         frame_count=None, duration_s=None, has_audio=False, audio_codec=None, is_file=True,
     )
+
+
+@pytest.mark.parametrize("rate", [16000, 50000])
+def test_flac_audio_becomes_aac_at_a_rate_aac_has(tmp_path: Path, rate: int) -> None:
+    """A template driven by a FLAC file (assets/audio/speech.flac, 16 kHz) records AAC, not FLAC:
+    QuickTime and Safari refuse FLAC in an MP4. A rate AAC lacks is resampled to the next one up."""
+    speech = Path(__file__).resolve().parents[3] / "assets" / "audio" / "speech.flac"
+    if rate != 16000:
+        speech = tmp_path / "speech.flac"
+        with av.open(str(speech), "w") as out:
+            stream = out.add_stream("flac", rate=rate, layout="mono")
+            assert isinstance(stream, av.audio.stream.AudioStream)
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, rate), np.int16), format="s16", layout="mono")
+            frame.sample_rate, frame.pts = rate, 0
+            out.mux(stream.encode(frame))
+            out.mux(stream.encode(None))
+    video = clips.make_clip(tmp_path / "v.mp4", frames=10)
+    out_path = tmp_path / "out.mp4"
+    with VideoReader("t", str(video)) as reader:
+        writer = VideoFileWriter(str(out_path), reader.info, preset="ultrafast", audio_from=str(speech))
+        writer.open()
+        for frame in reader.frames():
+            writer.write(frame.image, frame.pts)
+        writer.close()
+    assert clips.audio_codec(speech) == "flac" and clips.audio_codec(out_path) == "aac"
+    with av.open(str(out_path)) as container:
+        assert container.streams.audio[0].codec_context.sample_rate == (16000 if rate == 16000 else 64000)
+    assert clips.audio_duration_s(out_path) == pytest.approx(clips.audio_duration_s(speech), abs=0.1)

@@ -38,6 +38,10 @@ def error_of(text: str = DEFAULT, *overrides: str, environ: dict[str, str] | Non
         (DEFAULT, ("engine.thread=2",), "job.yaml: engine.thread: unknown key (did you mean threads?)"),
         (DEFAULT, ("sources.0.reconnect.max=2",), "job.yaml: sources.0.reconnect.max: unknown key (did you mean max_s?)"),
         (DEFAULT, ("zzz=1",), "job.yaml: zzz: unknown key"),
+        # An output's kind: the kinds there are, and the closest, not pydantic's "Input tag ... found".
+        (DEFAULT, ("outputs.1.kind=json",),
+         "job.yaml: outputs.1.kind: unknown kind 'json' (did you mean jsonl?; the kinds are video_file, jsonl, zmq)"),
+        (DEFAULT, ("outputs.3.path=x.jsonl",), "job.yaml: outputs.3.kind: required key is missing (the kinds are video_file, jsonl, zmq)"),
         # An unknown key comes before other errors of the same config.
         (DEFAULT, ("engine.threads=-1", "stages.fusee=true"), "job.yaml: stages.fusee: unknown key (did you mean fuse?) (and 1 more)"),
         # One prefix, whether the validator names its key in full or from inside its mapping.

@@ -15,7 +15,7 @@ from framewire.stages import detections
 from framewire.stages.tasks import resolve_task
 from framewire.stages.tasks.base import ModelInfo
 from framewire.stages.tasks.detection import Detection
-from framewire.stages.tasks.detection_formats import find_layout
+from framewire.stages.tasks.detection_formats import detector_evidence, find_layout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -317,3 +317,29 @@ def test_bgr_raw_pixels_and_floor_rounding_as_yolox_does() -> None:
     assert buffer[0, 0, 0, 0] == 7.0 and buffer[0, 0, 27, 0] == 114.0
     g = task.image.geometry(100, 43)  # 0.64 * 43 = 27.52: floored to 27 (rounded would be 28)
     assert (g.resized_width, g.resized_height) == (64, 27)
+
+
+@pytest.mark.parametrize(
+    ("output", "inputs", "metadata", "found"),
+    [
+        # YOLOv8's head: channels first, one column per grid cell at strides 8/16/32 (64x64: 84 cells).
+        ((1, 6, 84), (1, 3, 64, 64), {}, True),
+        ((1, 84, 8400), (1, 3, 640, 640), {}, True),
+        ((1, 22, 2100), (1, 3, 320, 320), {}, True),
+        # Dynamic everything: only the Ultralytics metadata (nudenet's 320n.onnx) tells.
+        ((1, 22, "anchors"), ("batch", 3, "height", "width"), {"author": "Ultralytics", "task": "detect"}, True),
+        ((1, 22, "anchors"), ("batch", 3, "height", "width"), {}, False),
+        ((1, 56, 8400), (1, 3, 640, 640), {"author": "Ultralytics", "task": "pose"}, False),
+        ((1, 84, 8000), (1, 3, 640, 640), {}, False),  # not the grid's count
+        ((1, 40, 6625), (1, 3, 48, 320), {}, False),  # a text recogniser: steps x characters
+        ((1, 8400, 84), (1, 3, 640, 640), {}, False),  # rows last: YOLOv5/YOLOX-like, other families too
+        ((1, 1000), (1, 3, 224, 224), {}, False),
+    ],
+)  # fmt: skip
+def test_a_detector_is_told_from_its_file_only_beyond_doubt(
+    output: tuple[Any, ...], inputs: tuple[Any, ...], metadata: dict[str, str], found: bool
+) -> None:
+    ok, why = detector_evidence((TensorSpec("images", F32, inputs),), (TensorSpec("out", F32, output),), metadata)
+    assert ok is found, why
+    if metadata.get("task") == "pose":
+        assert why == "the model is an Ultralytics 'pose' export, not a detector"
