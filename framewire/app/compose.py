@@ -17,19 +17,19 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
+from framewire.config import Config, SourceConfig, output_name
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from framewire.pipeline.wire.remote import RemoteSettings
+from framewire.registry import OUTPUTS
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
 from framewire.stages.cascade import CascadeStage, Secondary
 from framewire.stages.composite import Composite, CompositeStage, resolve_composite
 from framewire.stages.fused import Fused, Outputs
 from framewire.stages.infer import Infer
-from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from framewire.stages.postprocess import Postprocess
 from framewire.stages.preprocess import Preprocess
 from framewire.stages.schedule import Schedule, Scheduled
@@ -195,14 +195,9 @@ def _outputs(config: Config) -> Outputs:
 
 
 def _output(config: Config, index: int) -> Any:
+    """Output `index`, built in its worker by the class its kind names (framewire.registry.OUTPUTS)."""
     out = config.outputs[index]
-    if isinstance(out, VideoFileOutput):
-        return VideoFileSink(out)
-    if isinstance(out, JsonlOutput):
-        return JsonlSink(out)
-    if isinstance(out, ZmqOutput):
-        return ZmqSink(out)
-    raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
+    return OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
 
 
 def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:

@@ -67,6 +67,7 @@ class VideoFileSink(_PerSource):
     one file, or segments of `segment_s` with retention, each closed one announced (media.segments)."""
 
     reads = ("image", "output")  # the composited image when there is one (record.composited_image)
+    Config = VideoFileOutput  # `kind: video_file` (the framewire.outputs entry)
 
     def __init__(self, config: VideoFileOutput) -> None:
         super().__init__()
@@ -136,6 +137,7 @@ class JsonlSink(_PerSource):
     """One JSON record per frame, per source."""
 
     reads: tuple[str, ...] = ()
+    Config = JsonlOutput
 
     def __init__(self, config: JsonlOutput) -> None:
         super().__init__()
@@ -165,6 +167,8 @@ class JsonlSink(_PerSource):
 class ZmqSink(Stage):
     """Publishes `[source_id, header JSON, optional JPEG, arrays...]` for every frame of every source;
     the arrays are the secondary models' embeddings, described in the header's `arrays`."""
+
+    Config = ZmqOutput
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
