@@ -17,7 +17,7 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, SourceConfig, output_name
+from framewire.config import Config, SourceBase, SourceConfig, output_name
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
@@ -200,7 +200,7 @@ def _output(config: Config, index: int) -> Any:
     return OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
 
 
-def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
+def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
     # A file, a live stream or camera, or a ZeroMQ source; with audio, held for the steps' `need`.
     return build_source(source, need, slots)
 
@@ -328,7 +328,7 @@ def _http(config: Config) -> HttpSettings | None:
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
 
 
-def source_plan(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
+def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
     return SourcePlan(
         source.id,
         functools.partial(_source, source, need, slots),
