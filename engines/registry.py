@@ -246,7 +246,7 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
         _logged.add(choice)
         gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
         level = logging.DEBUG if quiet else logging.WARNING if gpu_packages and not choice.gpu else logging.INFO
-        log.log(level, "engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
+        log.log(level, "engine.backend auto: %s (%s)", _name(choice.backend), choice.reason)
     return choice
 
 

@@ -23,7 +23,7 @@ from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from framewire.pipeline.wire.remote import RemoteSettings
-from framewire.registry import OUTPUTS
+from framewire import registry
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
 from framewire.stages.cascade import CascadeStage, Secondary
@@ -197,7 +197,7 @@ def _outputs(config: Config) -> Outputs:
 def _output(config: Config, index: int) -> Any:
     """Output `index`, built in its worker by the class its kind names (framewire.registry.OUTPUTS)."""
     out = config.outputs[index]
-    return OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
+    return registry.OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
 
 
 def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
@@ -353,11 +353,13 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source")) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
-    path = local_path(resolved.sources[0].uri)
-    kind = source_kind(resolved.sources[0].uri)
+    added = resolved.sources[0]
+    uri = added.uri if isinstance(added, SourceConfig) else source.uri
+    path = local_path(uri)
+    kind = source_kind(uri)
     if path is not None and kind in ("file", "camera") and not Path(path).exists():
         # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
-        raise ConfigError(f"source.uri: {kind} not found: {redact(resolved.sources[0].uri)}")
+        raise ConfigError(f"source.uri: {kind} not found: {redact(uri)}")
     if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
         check_audio(resolved, build_task(config), build_steps(config))
     return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)
