@@ -56,7 +56,7 @@ def by_kind(registry: Registry[Any], default: Callable[[Mapping[str, Any]], str 
         if kind is None:
             raise ValueError(f"kind: required key is missing (one of {', '.join(registry.names())})")
         if not isinstance(kind, str):
-            raise ValueError(f"kind: {kind!r} is not a {registry.noun} name (one of {', '.join(registry.names())})")
+            raise ValueError(f"kind: {kind!r} is not the name of a {registry.noun} (one of {', '.join(registry.names())})")
         if kind not in registry:
             raise ValueError(f"kind: {registry.unknown(kind)}")
         try:

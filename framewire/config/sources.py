@@ -140,7 +140,9 @@ class SourceConfig(SourceBase):
     """A source read from a uri: a file, a network stream, a V4L2 camera, or frames pushed over ZeroMQ."""
 
     kind: Literal["file", "stream", "camera", "zmq"] = Field(
-        default="file", description="file, stream, camera or zmq: what the uri names (unset: found from it)."
+        default="file",
+        exclude=True,  # found from the uri: a dump with another uri validates again
+        description="file, stream, camera or zmq: what the uri names (unset: found from it).",
     )
     uri: str = Field(
         description="A video file path or file:// URI; rtsp://, rtmp://, http(s):// (HLS), srt:// "
