@@ -6,7 +6,7 @@ key frame a second), looped and paced at the clip's frame rate; the daemon reads
 with FFmpeg, as it reads a camera. The job is the config's first source with its URI replaced by
 the server's and its policy by each `--policy` in turn (files keys such as `realtime` and
 `max_frames` are dropped; `max_staleness_ms` too under `block`, which refuses it), through
-`Supervisor(build_plan(job))` with this process as the hub, as `bench pipeline` runs it. Outputs go
+`framewire.start(job)` with this process as the hub, as `bench pipeline` runs it. Outputs go
 to a temporary folder; a JSONL output is added when the config has none.
 
 The bound is the source's `latency_budget_ms`, which the daemon itself checks on every frame
@@ -166,11 +166,8 @@ def run_policy(
 
     With `port` (the RTSP server's), the bytes queued on the connection are sampled every second:
     what the server has sent and the daemon not yet read backs up there when decode is held up."""
+    import framewire
     from bench.pipeline import _stop_fork_server, jsonl_paths
-    from framewire.pipeline.worker.forkserver import start_early
-    from framewire.pipeline.run.supervisor import Supervisor
-    from framewire.app.compose import build_plan
-    from framewire.app.preload import PRELOAD
 
     _stop_fork_server()  # each run starts its own, as `run_pipeline.py run` does
     done_times: list[float] = []
@@ -188,12 +185,11 @@ def run_policy(
     load_before = harness.load_average()
     sampler.start()
     started = time.time()
-    start_early(PRELOAD)
-    supervisor = Supervisor(build_plan(job), progress=progress)
+    running = framewire.start(job, progress=progress)
 
     def clock() -> None:
         if not first.wait(FIRST_FRAME_TIMEOUT_S) or ended.is_set():
-            supervisor.request_stop()
+            running.stop()
             return
         marks["first_out"] = time.time()
         until = marks["first_out"] + seconds
@@ -207,13 +203,13 @@ def run_policy(
                 halfway = None
             if now >= until:
                 marks["stop"] = now
-                supervisor.request_stop()
+                running.stop()
                 return
 
     timer = threading.Thread(target=clock, name="bench-latency-clock", daemon=True)
     timer.start()
     try:
-        report = supervisor.run()
+        report = running.wait()
     finally:
         ended.set()
         timer.join(5)

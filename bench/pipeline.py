@@ -277,16 +277,13 @@ def _live_children() -> dict[tuple[int, float], float]:
 
 
 def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
-    """The job through `Supervisor(build_plan(job))`, this process being the hub.
+    """The job through `framewire.start(job)`, this process being the hub, as `run` starts it.
 
     `fresh`: stop the fork server a previous run left, so this run pays for starting one (its
     imports) as a `run_pipeline.py run` does, and compares fairly with the loop, which is a new
     process every time.
     """
-    from framewire.pipeline.worker.forkserver import start_early
-    from framewire.pipeline.run.supervisor import Supervisor
-    from framewire.app.compose import build_plan
-    from framewire.app.preload import PRELOAD
+    import framewire
 
     if fresh:
         _stop_fork_server()
@@ -303,10 +300,7 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
     usage = _Rusage()
     sampler.start()
     started = time.time()
-    # As `run` does: the fork server imports the workers' modules while the plan is built.
-    start_early(PRELOAD)
-    plan = build_plan(job)
-    report = Supervisor(plan, progress=progress).run()
+    report = framewire.start(job, progress=progress).wait()
     ended = time.time()
     sampler.stop()
     own, kids = usage.elapsed()

@@ -1,4 +1,5 @@
-"""Choosing and opening a backend from the config: one class per backend, looked up by name."""
+"""Choosing and opening a backend from the config: one opener per backend, looked up by name in
+framewire.registry.BACKENDS (the `framewire.backends` entry-point group, where a plug-in adds its own)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from framewire.engines.base import Engine
 from framewire.config import Backend, EngineConfig
+from framewire.registry import BACKENDS
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +29,13 @@ class OpenOptions:
     """Batches of preprocessed frames for INT8 calibration."""
 
 
-def _onnxruntime(
+def open_onnxruntime(
     config: EngineConfig,
     model_path: str,
     dynamic_axes: Mapping[str, tuple[int, ...]],
     options: OpenOptions = OpenOptions(),
 ) -> Engine:
+    """`backend: onnxruntime`: a session with the config's providers, threads and caches."""
     from framewire.engines.onnxruntime import OnnxRuntimeEngine
 
     several = config.processes_per_device > 1
@@ -103,12 +106,13 @@ def _ort_trt_profile(
         return None
 
 
-def _tensorrt(
+def open_tensorrt(
     config: EngineConfig,
     model_path: str,
     dynamic_axes: Mapping[str, tuple[int, ...]],
     options: OpenOptions = OpenOptions(),
 ) -> Engine:
+    """`backend: tensorrt`: the engine built (or found in the cache) for this model and GPU."""
     from framewire.engines import cuda
     from framewire.engines.tensorrt import TensorRTEngine
     from framewire.engines.trt_build import ensure_engine, import_tensorrt
@@ -155,11 +159,8 @@ def build_request(
 
 
 Opener = Callable[[EngineConfig, str, Mapping[str, tuple[int, ...]], OpenOptions], Engine]
-
-BACKENDS: dict[Backend, Opener] = {
-    Backend.ONNXRUNTIME: _onnxruntime,
-    Backend.TENSORRT: _tensorrt,
-}
+"""What an entry of the `framewire.backends` group is: (engine config, model path, dynamic axes,
+options) -> an open Engine."""
 
 
 # --- backend: auto -----------------------------------------------------------------------------
@@ -200,7 +201,8 @@ def detect_machine() -> Machine:
 
 @dataclass(frozen=True)
 class Choice:
-    backend: Backend
+    backend: Backend | str
+    """A built-in backend, or the name of a plug-in's (`framewire.backends`)."""
     providers: tuple[str, ...]
     """ONNX Runtime providers (short names); empty for TensorRT."""
     gpu: bool
@@ -216,6 +218,8 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
     GPU packages are installed but no GPU can be used, since that user expected a GPU."""
     if config.backend is Backend.TENSORRT:
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
+    if not isinstance(config.backend, Backend):  # a plug-in's: it knows its devices
+        return Choice(config.backend, (), False, f"engine.backend is {config.backend}")
     machine = machine or detect_machine()
     if config.backend is Backend.ONNXRUNTIME:
         from framewire.engines.onnxruntime import PROVIDERS
@@ -242,7 +246,7 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
         _logged.add(choice)
         gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
         level = logging.DEBUG if quiet else logging.WARNING if gpu_packages and not choice.gpu else logging.INFO
-        log.log(level, "engine.backend auto: %s (%s)", choice.backend.value, choice.reason)
+        log.log(level, "engine.backend auto: %s (%s)", _name(choice.backend), choice.reason)
     return choice
 
 
@@ -267,7 +271,9 @@ def preflight(config: EngineConfig) -> Choice:
     from framewire.engines.trt_build import import_tensorrt
 
     choice = choose_backend(config)
-    if choice.backend is Backend.TENSORRT:
+    if not isinstance(choice.backend, Backend):
+        BACKENDS.get(choice.backend, "engine.backend")  # a plug-in that does not import: one line now
+    elif choice.backend is Backend.TENSORRT:
         import_tensorrt()
         for device in config.devices:
             cuda.require_device(device)
@@ -288,4 +294,9 @@ def open_engine(
     choice = choose_backend(config, quiet=True)  # the supervisor's preflight said it already
     if config.backend is Backend.AUTO:
         config = config.model_copy(update={"backend": choice.backend, "providers": choice.providers})
-    return BACKENDS[choice.backend](config, model_path, dynamic_axes or {}, options or OpenOptions())
+    opener: Opener = BACKENDS.get(_name(choice.backend), "engine.backend")
+    return opener(config, model_path, dynamic_axes or {}, options or OpenOptions())
+
+
+def _name(backend: Backend | str) -> str:
+    return backend.value if isinstance(backend, Backend) else backend

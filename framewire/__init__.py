@@ -1,5 +1,6 @@
-"""framewire's Python API: read a running daemon's results (`Client`), or run a job in this program
-and take its results as they come (`Pipeline`). The README's "Python" section shows both."""
+"""framewire's Python API: start a job from a config and wait for its report (`start`, `Job`), run a
+job in this program and take its results as they come (`Pipeline`), or read a running daemon's
+results (`Client`). The README's "Python" section and docs/guides/plugins.md show them."""
 
 from pkgutil import extend_path
 
@@ -13,17 +14,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from framewire.client import Client, EndOfStream, FrameRecord, Message, ProtocolError, SegmentClosed, parse
+    from framewire.config import Config, load_config, validate_config
     from framewire.embed import Pipeline
+    from framewire.pipeline.errors import (
+        ConfigError, EngineError, FramewireError, JobFailed, JobTimeout, SourceError, UsageError,
+    )
+    from framewire.pipeline.plan import Report
+    from framewire.registry import Registry
+    from framewire.runner import Job, start
 
 # Loaded on first use: every module of the runtime is under this package, and a worker importing
 # framewire.pipeline.* must not pay for OpenCV and the composition root it never uses.
 _PUBLIC = {
     "Client": "framewire.client", "EndOfStream": "framewire.client", "FrameRecord": "framewire.client",
     "Message": "framewire.client", "ProtocolError": "framewire.client", "SegmentClosed": "framewire.client",
-    "parse": "framewire.client", "Pipeline": "framewire.embed",
+    "parse": "framewire.client", "Pipeline": "framewire.embed", "start": "framewire.runner",
+    "Job": "framewire.runner", "Report": "framewire.pipeline.plan", "Config": "framewire.config",
+    "load_config": "framewire.config", "validate_config": "framewire.config", "Registry": "framewire.registry",
+    "FramewireError": "framewire.pipeline.errors", "ConfigError": "framewire.pipeline.errors",
+    "EngineError": "framewire.pipeline.errors", "SourceError": "framewire.pipeline.errors",
+    "UsageError": "framewire.pipeline.errors", "JobFailed": "framewire.pipeline.errors",
+    "JobTimeout": "framewire.pipeline.errors",
 }
 
-__all__ = ["Client", "EndOfStream", "FrameRecord", "Message", "Pipeline", "ProtocolError", "SegmentClosed", "parse"]
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from framewire.app.commands import DEFAULT_CONFIG, MODULES, add_config_args, loa
 if TYPE_CHECKING:
     from framewire.config import Config
     from framewire.app.compose import Task
+    from framewire.pipeline.plan import Report
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -119,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FramewireError as exc:
         if args.debug:
             raise
-        print(f"framewire: error: {exc}", file=sys.stderr)
+        _fatal(str(exc), exc.exit_code, args.log_format)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -186,43 +188,69 @@ class _Progress:
 
 
 def _run(args: argparse.Namespace, level: int) -> int:
-    from framewire.app.preload import PRELOAD
-    from framewire.pipeline.worker.forkserver import start_early
-
-    start_early(PRELOAD)  # the workers' imports run beside ours, not after them
-    from framewire.app.compose import build_plan
-    from framewire.pipeline.run.supervisor import Supervisor
+    """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
+    from framewire.runner import start
 
     config = load_job(args)
-    plan = build_plan(config, log_level=level, log_format=args.log_format)
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
-    report = Supervisor(plan, progress=progress).run()
+    job = start(config, log_level=level, log_format=args.log_format, progress=progress)
+    handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        report = job.wait()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     progress.end()
+    _summary(report, args.log_format)
+    return report.exit_code
+
+
+def _summary(report: Report, log_format: str) -> None:
+    """A line per source and one for the job (with `--log-format json`, one JSON object holding
+    them), then the error that ended it."""
     total = sum(report.frames.values())
     fps = total / report.elapsed_s if report.elapsed_s > 0 else 0.0
-    for source_id, frames in report.frames.items():
-        extra = []
-        read = report.read.get(source_id, frames)
-        if read != frames:
-            extra.append(f"{read} read")
-        if report.dropped.get(source_id):
-            extra.append(f"{report.dropped[source_id]} dropped")
-        if report.failed.get(source_id):
-            extra.append(f"{report.failed[source_id]} failed")
-        if source_id in report.source_errors:
-            extra.append("error")
-        note = f" ({', '.join(extra)})" if extra else ""
-        print(f"{source_id}: {frames} frames{note}", file=sys.stderr)
     restarts = sum(report.restarts.values())
-    print(
+    sources = {}
+    for source_id, frames in report.frames.items():
+        counts = {"frames": frames, "read": report.read.get(source_id, frames), "dropped": report.dropped.get(source_id, 0),
+                  "failed": report.failed.get(source_id, 0), "error": report.source_errors.get(source_id)}  # fmt: skip
+        sources[source_id] = counts
+        extra = [f"{counts['read']} read"] if counts["read"] != frames else []
+        extra += [f"{counts[k]} {k}" for k in ("dropped", "failed") if counts[k]]
+        extra += ["error"] if source_id in report.source_errors else []
+        if log_format != "json":
+            print(f"{source_id}: {frames} frames" + (f" ({', '.join(extra)})" if extra else ""), file=sys.stderr)
+    line = (
         f"framewire: {total} frames in {report.elapsed_s:.1f} s ({fps:.1f} fps)"
         + (f", {restarts} worker restart(s)" if restarts else "")
-        + (", stopped early" if report.stopped else ""),
-        file=sys.stderr,
+        + (", stopped early" if report.stopped else "")
     )
+    if log_format == "json":
+        _json_line("INFO", line, event="summary", frames=total, elapsed_s=round(report.elapsed_s, 3),
+                   fps=round(fps, 2), restarts=restarts, stopped=report.stopped, exit_code=report.exit_code,
+                   sources=sources)  # fmt: skip
+    else:
+        print(line, file=sys.stderr)
     if report.exit_code:
-        print(f"framewire: error: {report.error}", file=sys.stderr)
-    return report.exit_code
+        _fatal(str(report.error), report.exit_code, log_format)
+
+
+def _fatal(error: str, exit_code: int, log_format: str) -> None:
+    """The error that ends the command: `framewire: error: ...`, or that as a JSON object."""
+    if log_format == "json":
+        _json_line("ERROR", f"framewire: error: {error}", event="error", error=error, exit_code=exit_code)
+    else:
+        print(f"framewire: error: {error}", file=sys.stderr)
+
+
+def _json_line(level: str, message: str, **fields: Any) -> None:
+    """One JSON object on stderr, with the keys of the JSON log lines (pipeline.logs) and `fields`."""
+    from datetime import datetime, timezone
+
+    entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "level": level,
+             "process": "supervisor", "logger": "framewire.cli", "message": message, **fields}  # fmt: skip
+    print(json.dumps(entry, ensure_ascii=False), file=sys.stderr, flush=True)
 
 
 def _subscribe(args: argparse.Namespace) -> int:

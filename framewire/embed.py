@@ -28,6 +28,7 @@ from framewire.app.commands import ROOT, input_roots
 from framewire.client import Client, Message
 from framewire.config import Config, load_raw, resolve_inputs, validate_config
 from framewire.pipeline.plan import Report
+from framewire.runner import Job, start
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Pipeline:
         from framewire.app.preload import PRELOAD
         from framewire.pipeline.worker.forkserver import start_early
 
-        start_early(PRELOAD)  # the workers' imports run while the config is checked
+        start_early(PRELOAD)  # the workers' imports run while the config is checked (start does it too)
         self._dir = tempfile.mkdtemp(prefix="framewire-embed-")
         self.endpoint = f"ipc://{self._dir}/results.sock"
         self.images = images
@@ -61,11 +62,10 @@ class Pipeline:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.report: Report | None = None
-        self._supervisor: Any = None
+        self._job: Job | None = None
+        self._started = False
         self._stops = 0
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
 
     def _config(self, config: str | os.PathLike[str] | dict[str, Any], overrides: Sequence[str]) -> Config:
         if isinstance(config, dict):
@@ -101,13 +101,18 @@ class Pipeline:
         return self._results()
 
     def _results(self) -> Generator[Message, None, None]:
-        if self._thread is not None:
+        if self._started:
             raise RuntimeError("a Pipeline runs once; make another one to run the job again")
+        self._started = True
         client = Client(self.endpoint, mode="pull", decode_images=self.images)
-        self._thread = threading.Thread(target=self._run, name="framewire-supervisor", daemon=True)
-        self._thread.start()
+        job: Job | None = None
         try:
-            while self._thread.is_alive():
+            job = start(self.config, log_level=self.log_level)
+            with self._lock:
+                self._job = job
+                for _ in range(self._stops):
+                    job.stop()
+            while not job.done:
                 try:
                     message = client.receive(timeout=0.1)
                 except KeyboardInterrupt:
@@ -119,35 +124,20 @@ class Pipeline:
             while (message := client.receive(timeout=DRAIN_S)) is not None:
                 yield message
         finally:
-            self.stop(drain=False)
-            self._thread.join()
+            if job is not None:
+                if not job.done:
+                    job.stop(drain=False)
+                self.report = job.wait()
             client.close()
             shutil.rmtree(self._dir, ignore_errors=True)
-        if self._error is not None:
-            raise self._error
 
     def stop(self, *, drain: bool = True) -> None:
         """Stop reading the sources and finish the frames in flight (`drain=False`: stop now).
         Safe from any thread, before the job has started too."""
         with self._lock:
             self._stops += 1 if drain else 2
-            if self._supervisor is not None:
-                for _ in range(1 if drain else 2):
-                    self._supervisor.request_stop()
-
-    def _run(self) -> None:
-        from framewire.app.compose import build_plan
-        from framewire.pipeline.run.supervisor import Supervisor
-
-        try:
-            supervisor = Supervisor(build_plan(self.config, log_level=self.log_level))
-            with self._lock:
-                self._supervisor = supervisor
-                for _ in range(self._stops):
-                    supervisor.request_stop()
-            self.report = supervisor.run()
-        except BaseException as exc:  # raised to the caller, in its thread
-            self._error = exc
+            if self._job is not None:
+                self._job.stop(drain=drain)
 
 
 def default_config() -> Path:

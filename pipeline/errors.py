@@ -42,6 +42,10 @@ class JobFailed(FramewireError):
         self.exit_code = exit_code
 
 
+class JobTimeout(FramewireError, TimeoutError):
+    """`Job.wait(timeout)` returned before the job ended: it is still running."""
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one line: framewire's own errors as they are, others prefixed by their type."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -8,7 +8,6 @@ matte composites need `Result.arrays["alpha"]` and fail loudly without it.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, Stage
+from framewire.registry import COMPOSITES
 from framewire.stages import detections
 from framewire.stages.tasks import validation_error
 from framewire.stages.tasks.base import Result
@@ -271,26 +271,14 @@ class BackgroundBlur(Composite):
         _blend(frame, _gaussian(frame, kernel, kernel), weights)
 
 
-# --- registry -------------------------------------------------------------------------------------
-
-COMPOSITES: dict[str, type[Composite]] = {
-    cls.kind: cls for cls in (Blur, Pixelate, Boxes, BackgroundReplace, BackgroundBlur)
-}
-"""Composite kinds by name."""
-MORE_COMPOSITES = {"paste": "framewire.stages.paste:Paste", "speaking": "framewire.stages.paste:Speaking"}
-"""Kinds defined in other modules (which import this one), loaded on first use."""
-
+# --- by kind (framewire.registry.COMPOSITES) ------------------------------------------------------
 
 def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> Composite:
-    """The composite `kind` built from its config entry; errors name `composite.<index>.<key>`."""
-    cls = COMPOSITES.get(kind)
-    if cls is None and kind in MORE_COMPOSITES:
-        module, _, name = MORE_COMPOSITES[kind].partition(":")
-        cls = getattr(importlib.import_module(module), name)
-    if cls is None:
-        raise ConfigError(
-            f"composite.{index}.kind: unknown composite {kind!r} (one of {', '.join([*COMPOSITES, *MORE_COMPOSITES])})"
-        )
+    """The composite `kind` (an entry of the `framewire.composites` group) built from its config
+    entry; errors name `composite.<index>.<key>`."""
+    cls = COMPOSITES.get(kind, f"composite.{index}.kind")
+    if not (isinstance(cls, type) and issubclass(cls, Composite)):
+        raise ConfigError(f"composite.{index}.kind: {kind!r} is not a framewire.stages.composite.Composite subclass")
     entry = dict(params)
     entry.setdefault("kind", kind)
     try:

@@ -60,7 +60,8 @@ def check_audio(config: Config, task: Task, steps: Sequence[Step]) -> None:
                 )
     _check_task_audio(task, steps)
     for i, source in enumerate(config.sources):
-        _probe(source, i)
+        if isinstance(source, SourceConfig):
+            _probe(source, i)
 
 
 def _check_task_audio(task: Task, steps: Sequence[Step]) -> None:

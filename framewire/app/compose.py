@@ -17,20 +17,20 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, output_name
+from framewire.config import Config, SourceBase, SourceConfig, output_name
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from framewire.pipeline.wire.remote import RemoteSettings
+from framewire import registry
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
 from framewire.stages.cascade import CascadeStage, Secondary
 from framewire.stages.composite import Composite, CompositeStage, resolve_composite
 from framewire.stages.fused import Fused, Outputs
 from framewire.stages.infer import Infer
-from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink, ZmqSink
 from framewire.stages.postprocess import Postprocess
 from framewire.stages.preprocess import Preprocess
 from framewire.stages.schedule import Schedule, Scheduled
@@ -214,17 +214,12 @@ def _outputs(config: Config) -> Outputs:
 
 
 def _output(config: Config, index: int) -> Any:
+    """Output `index`, built in its worker by the class its kind names (framewire.registry.OUTPUTS)."""
     out = config.outputs[index]
-    if isinstance(out, VideoFileOutput):
-        return VideoFileSink(out)
-    if isinstance(out, JsonlOutput):
-        return JsonlSink(out)
-    if isinstance(out, ZmqOutput):
-        return ZmqSink(out)
-    raise ConfigError(f"outputs.{index}: unknown output kind {out!r}")
+    return registry.OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
 
 
-def _source(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
+def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:
     # A file, a live stream or camera, or a ZeroMQ source; with audio, held for the steps' `need`.
     return build_source(source, need, slots)
 
@@ -352,7 +347,7 @@ def _http(config: Config) -> HttpSettings | None:
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
 
 
-def source_plan(source: SourceConfig, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
+def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
     return SourcePlan(
         source.id,
         functools.partial(_source, source, need, slots),
@@ -377,11 +372,13 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source", model=SourceConfig)) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
-    path = local_path(resolved.sources[0].uri)
-    kind = source_kind(resolved.sources[0].uri)
+    added = resolved.sources[0]
+    uri = added.uri if isinstance(added, SourceConfig) else source.uri
+    path = local_path(uri)
+    kind = source_kind(uri)
     if path is not None and kind in ("file", "camera") and not Path(path).exists():
         # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
-        raise ConfigError(f"source.uri: {kind} not found: {redact(resolved.sources[0].uri)}")
+        raise ConfigError(f"source.uri: {kind} not found: {redact(uri)}")
     if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
         check_audio(resolved, build_task(config), build_steps(config))
     return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)

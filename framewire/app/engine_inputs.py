@@ -14,18 +14,21 @@ from typing import Any
 import numpy as np
 
 from framewire.media.video_reader import VideoReader
-from framewire.config import SourceConfig
+from framewire.config import SourceBase, SourceConfig
 from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
 
-def source_input_shapes(task: Task, sources: Sequence[SourceConfig]) -> dict[str, list[tuple[int, ...]]]:
+def source_input_shapes(task: Task, sources: Sequence[SourceBase]) -> dict[str, list[tuple[int, ...]]]:
     """The model input shape (batch of one) for each source's frame size, by input name.
 
-    Opens each source only to read its size (the infer worker runs this once, before any frame)."""
+    Opens each source read from a uri only to read its size (the infer worker runs this once, before
+    any frame); a plug-in's source gives no example."""
     shapes: list[tuple[int, ...]] = []
     for source in sources:
+        if not isinstance(source, SourceConfig):
+            continue
         with VideoReader(source.id, source.uri) as reader:
             info = reader.info
         spec = task.input_spec(info.width, info.height)

@@ -24,15 +24,15 @@ from framewire.config.loading import (
     resolve_path,
     validate_config,
 )
-from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
-from framewire.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, SourceConfig
+from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, OutputConfig, VideoFileOutput, ZmqOutput
+from framewire.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, Source, SourceBase, SourceConfig
 from framewire.config.steps import StepConfig
 from framewire.pipeline.names import output_name
 
 __all__ = [
     "SOURCE_ID", "AudioConfig", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config",
-    "EngineConfig", "HttpConfig", "JsonlOutput", "MissingAudioConfig", "ModelConfig", "Output", "Policy",
-    "ReconnectConfig", "SecondaryConfig", "SourceConfig", "StageConfig", "StagesConfig", "StepConfig", "TrackingConfig",
+    "EngineConfig", "HttpConfig", "JsonlOutput", "MissingAudioConfig", "ModelConfig", "Output", "OutputConfig", "Policy",
+    "ReconnectConfig", "SecondaryConfig", "Source", "SourceBase", "SourceConfig", "StageConfig", "StagesConfig", "StepConfig", "TrackingConfig",
     "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override", "describe_validation_error", "load_config",
     "load_raw", "output_name", "resolve_inputs", "resolve_path", "validate_config",
 ]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from framewire.config.base import _Model
+from framewire.registry import BACKENDS
 
 
 class ModelConfig(BaseModel):
@@ -47,9 +48,11 @@ class CalibrationConfig(_Model):
 
 
 class EngineConfig(_Model):
-    backend: Backend = Field(
+    backend: Backend | str = Field(
         default=Backend.AUTO,
-        description="Inference backend; auto picks the best one available on this machine.",
+        union_mode="left_to_right",
+        description="Inference backend; auto picks the best one available on this machine. A plug-in "
+        "backend (the framewire.backends entry points) by its name.",
     )
     providers: tuple[Literal["tensorrt", "cuda", "cpu"], ...] = Field(
         default=("cpu",),
@@ -114,6 +117,13 @@ class EngineConfig(_Model):
         "exhaustive with one process per GPU, heuristic with more (exhaustive search allocates "
         "large workspaces that several processes on one GPU would fight over).",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, value: Backend | str) -> Backend | str:
+        if not isinstance(value, Backend) and value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r} (auto or {', '.join(BACKENDS.names())})")
+        return value
 
     @field_validator("devices")
     @classmethod

@@ -12,7 +12,7 @@ from framewire.config.base import _Model
 from framewire.config.cascade import SecondaryConfig, TrackingConfig
 from framewire.config.engine import EngineConfig, ModelConfig
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
-from framewire.config.sources import SourceConfig
+from framewire.config.sources import Source
 from framewire.config.steps import StepConfig
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK, output_name
 
@@ -163,7 +163,7 @@ class HttpConfig(_Model):
 
 class Config(_Model):
     version: Literal[1] = Field(default=1, description="Config format version.")
-    sources: tuple[SourceConfig, ...] = Field(min_length=1, description="Video sources to process.")
+    sources: tuple[Source, ...] = Field(min_length=1, description="Video sources to process.")
     model: ModelConfig = Field(description="The model and its task.")
     secondary: tuple[SecondaryConfig, ...] = Field(
         default=(), description="Models run on crops of the model's detections (a cascade), in order."

@@ -23,6 +23,8 @@ def _members(annotation: Any) -> list[Any]:
         return _members(get_args(annotation)[0])
     if origin is Union or origin is types.UnionType:
         return [m for arg in get_args(annotation) for m in _members(arg)]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and hasattr(annotation, "variants"):
+        return list(annotation.variants())  # a base chosen by kind: every registered kind's model
     return [annotation]
 
 

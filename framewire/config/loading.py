@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from framewire.config import env, keys
 from framewire.config.job import Config
+from framewire.config.sources import SourceConfig
 from framewire.pipeline.errors import ConfigError
 
 
@@ -231,6 +232,7 @@ def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
 
     sources = tuple(
         s.model_copy(update={"uri": find(s.uri), "audio": s.audio and s.audio.model_copy(update={"uri": find(s.audio.uri)})})
+        if isinstance(s, SourceConfig) else s
         for s in config.sources
     )
     model = config.model.model_copy(update={"path": find(config.model.path)})

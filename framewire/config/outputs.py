@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from framewire.pipeline import paths
 from framewire.config.base import _Model
+from framewire.config.kinds import by_kind, variants
+from framewire.registry import OUTPUTS
 
 
 class CompositeConfig(BaseModel):
@@ -25,7 +27,19 @@ class CompositeConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class VideoFileOutput(_Model):
+class OutputConfig(_Model):
+    """Base of an `outputs:` item: the `Config` of an entry of the `framewire.outputs` group (a
+    plug-in's output subclasses it, with its `kind` literal and keys)."""
+
+    kind: str = Field(description="Which output: video_file, jsonl, zmq, or a plug-in's.")
+
+    @classmethod
+    def variants(cls) -> tuple[type[BaseModel], ...]:
+        """The config model of every registered output (imports them all)."""
+        return variants(OUTPUTS)
+
+
+class VideoFileOutput(OutputConfig):
     kind: Literal["video_file"] = Field(description="H.264 MP4 of the composited frames.")
     path: str = Field(
         description="Output file, a template: `{source_id}`, `{index}` (the segment's number, e.g. "
@@ -85,7 +99,7 @@ class VideoFileOutput(_Model):
         return self
 
 
-class JsonlOutput(_Model):
+class JsonlOutput(OutputConfig):
     kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
     path: str = Field(
         description="Output file; `{source_id}` is replaced by the source's id. A source id added again "
@@ -102,7 +116,7 @@ class JsonlOutput(_Model):
         return value
 
 
-class ZmqOutput(_Model):
+class ZmqOutput(OutputConfig):
     kind: Literal["zmq"] = Field(description="Publish every frame's results on a ZeroMQ socket.")
     endpoint: str = Field(
         description="Where to bind, e.g. tcp://127.0.0.1:5560 or ipc:///tmp/framewire.sock."
@@ -131,4 +145,5 @@ class ZmqOutput(_Model):
         return value
 
 
-Output = Annotated[VideoFileOutput | JsonlOutput | ZmqOutput, Field(discriminator="kind")]
+Output = Annotated[SerializeAsAny[OutputConfig], by_kind(OUTPUTS)]
+"""An `outputs:` item, validated by the model of the output its `kind` names (framewire.registry.OUTPUTS)."""

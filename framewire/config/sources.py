@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, field_validator, model_validator
 
 from framewire.pipeline import uris
 from framewire.pipeline.plan import Policy
 from framewire.config.audio import AudioConfig, Template
 from framewire.config.base import _Model
+from framewire.config.kinds import by_kind, variants
+from framewire.registry import SOURCES
 
 SOURCE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -60,22 +62,18 @@ class CameraConfig(_Model):
         return self
 
 
-class SourceConfig(_Model):
+class SourceBase(_Model):
+    """Base of a `sources:` item: what every source has, whatever it reads. The `Config` of an entry
+    of the `framewire.sources` group subclasses it (a plug-in's source, with its `kind` literal)."""
+
     id: str = Field(description="Name of the source: the ZeroMQ topic, `{source_id}` in output paths.")
-    uri: str = Field(
-        description="A video file path or file:// URI; rtsp://, rtmp://, http(s):// (HLS), srt:// "
-        "streams; a V4L2 camera (/dev/video0); or zmq+tcp://host:port / zmq+ipc:///path (frames "
-        "pushed by another program, see the docs: Sources)."
+    kind: str = Field(
+        description="Which source: file, stream, camera or zmq (unset: from the uri), or a plug-in's."
     )
     policy: Policy = Field(
         default=Policy.BLOCK,
         description="block: process every frame; drop_oldest / drop_newest: drop when behind. "
         "Unset, it is drop_oldest for a live source and block for a file.",
-    )
-    live: bool | None = Field(
-        default=None,
-        description="A live source reconnects when it drops or ends; null: from the URI (cameras, "
-        "ZeroMQ, rtsp, rtmp, srt, udp and .m3u8 playlists are live, files and plain http are not).",
     )
     max_staleness_ms: float | None = Field(
         default=None,
@@ -90,6 +88,71 @@ class SourceConfig(_Model):
         "under: each frame over it is counted (`framewire_latency_over_budget_total`) and logged. "
         "It is a check, not a control: `max_staleness_ms` (below the budget by about one inference "
         "and the later stages) is what keeps frames young.",
+    )
+    realtime: bool = Field(
+        default=False, description="Pace a file at its own frame rate instead of as fast as possible."
+    )
+    max_frames: int | None = Field(
+        default=None, ge=1, description="Stop after this many frames (a shorter job on a long file)."
+    )
+    audio: AudioConfig | None = Field(
+        default=None,
+        description="The source's audio (for audio steps and outputs); null: none is read. Sources "
+        "read from a uri only.",
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_name(cls, value: str) -> str:
+        if not SOURCE_ID.match(value):
+            raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _audio_needs_a_uri(self) -> SourceBase:
+        if self.audio is not None and "uri" not in type(self).model_fields:
+            raise ValueError(f"audio: only for sources read from a uri, not a {self.kind} source")
+        return self
+
+    @classmethod
+    def variants(cls) -> tuple[type[BaseModel], ...]:
+        """The config model of every registered source (imports them all)."""
+        return variants(SOURCES)
+
+    @property
+    def is_live(self) -> bool:
+        """Whether this source reconnects and drops (a plug-in's source: no)."""
+        return False
+
+
+def kind_of_uri(raw: Mapping[str, Any]) -> str:
+    """The kind of a `sources:` item that names none: its uri's (file, stream, camera, zmq); without
+    a uri, file (whose model then says the uri is missing)."""
+    uri = raw.get("uri")
+    return uris.source_kind(uri) if isinstance(uri, str) else "file"
+
+
+Source = Annotated[SerializeAsAny[SourceBase], by_kind(SOURCES, kind_of_uri)]
+"""A `sources:` item, validated by the model of the source its `kind` (or uri) names."""
+
+
+class SourceConfig(SourceBase):
+    """A source read from a uri: a file, a network stream, a V4L2 camera, or frames pushed over ZeroMQ."""
+
+    kind: Literal["file", "stream", "camera", "zmq"] = Field(
+        default="file",
+        exclude=True,  # found from the uri: a dump with another uri validates again
+        description="file, stream, camera or zmq: what the uri names (unset: found from it).",
+    )
+    uri: str = Field(
+        description="A video file path or file:// URI; rtsp://, rtmp://, http(s):// (HLS), srt:// "
+        "streams; a V4L2 camera (/dev/video0); or zmq+tcp://host:port / zmq+ipc:///path (frames "
+        "pushed by another program, see the docs: Sources)."
+    )
+    live: bool | None = Field(
+        default=None,
+        description="A live source reconnects when it drops or ends; null: from the URI (cameras, "
+        "ZeroMQ, rtsp, rtmp, srt, udp and .m3u8 playlists are live, files and plain http are not).",
     )
     timeout_s: float = Field(
         default=5.0,
@@ -111,12 +174,6 @@ class SourceConfig(_Model):
         default_factory=dict,
         description="Stream and camera sources: more FFmpeg options, e.g. {probesize: '32768'}.",
     )
-    realtime: bool = Field(
-        default=False, description="Pace a file at its own frame rate instead of as fast as possible."
-    )
-    max_frames: int | None = Field(
-        default=None, ge=1, description="Stop after this many frames (a shorter job on a long file)."
-    )
     curve_secret_key: str | None = Field(
         default=None,
         description="ZeroMQ sources: this source's secret certificate (`keys` makes one); producers "
@@ -127,21 +184,22 @@ class SourceConfig(_Model):
         description="ZeroMQ sources with curve_secret_key: a folder of producer public certificates; "
         "only those may connect (without it, any producer that knows the public key may).",
     )
-    audio: AudioConfig | None = Field(
-        default=None, description="The source's audio (for audio steps and outputs); null: none is read."
-    )
     template: Template | None = Field(
         default=None,
         description="The uri is a template video, repeated (loop or pingpong) for as long as the "
         "audio lasts, at its own frame rate: needs audio with a uri of its own.",
     )
 
-    @field_validator("id")
+    @model_validator(mode="before")
     @classmethod
-    def _id_is_a_name(cls, value: str) -> str:
-        if not SOURCE_ID.match(value):
-            raise ValueError("must be 1-64 letters, digits, '_', '.' or '-'")
-        return value
+    def _kind_from_uri(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("uri"), str):
+            found = uris.source_kind(data["uri"])
+            if data.get("kind") is None:
+                return {**data, "kind": found}
+            if data["kind"] != found:
+                raise ValueError(f"kind: {data['kind']!r} does not fit uri {uris.redact(data['uri'])} (a {found})")
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -154,7 +212,7 @@ class SourceConfig(_Model):
 
     @model_validator(mode="after")
     def _fits_the_uri(self) -> SourceConfig:
-        kind = uris.source_kind(self.uri)
+        kind = self.kind
         if self.rtsp_transport is not None and uris.scheme(self.uri) not in ("rtsp", "rtsps"):
             raise ValueError(f"rtsp_transport: only for rtsp:// sources, not {kind} {uris.redact(self.uri)}")
         if self.camera is not None and kind != "camera":

@@ -8,8 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from framewire.config import SourceConfig
 from framewire.media.video_reader import PendingImage, VideoReader
+from framewire.pipeline.frame import FrameSource
 from framewire.pipeline.uris import local_path
+from framewire.sources.live import LiveSource, stream_options
 
 
 class FileSource:
@@ -19,8 +22,23 @@ class FileSource:
     the video_file output needs to copy the audio (the `uri` there is redacted, never used to open).
     """
 
+    Config = SourceConfig  # kinds file and stream (the framewire.sources entries)
+
     def __init__(self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None) -> None:
         self.reader = VideoReader(source_id, uri, options=options)
+
+    @classmethod
+    def from_config(cls, config: SourceConfig) -> FrameSource:
+        """A file or stream read once to its end; a live one (`live`, or a live stream's uri)
+        reconnects, as a LiveSource."""
+        if config.is_live:
+            return LiveSource.from_config(config)
+        if config.kind == "stream":
+            options = stream_options(
+                config.uri, timeout_s=config.timeout_s, rtsp_transport=config.rtsp_transport, extra=config.ffmpeg_options
+            )
+            return cls(config.id, config.uri, options=options)
+        return cls(config.id, config.uri)
 
     def open(self) -> dict[str, Any]:
         info = self.reader.open().to_dict()

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from framewire.media.video_reader import PendingImage, StreamInfo, VideoReader
-from framewire.config import CameraConfig
+from framewire.config import CameraConfig, SourceConfig
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import SourceInterrupted
 from framewire.pipeline.uris import redact, scheme
@@ -132,6 +132,23 @@ class LiveSource:
         self.audio_sink: Callable[[Any, float], None] | None = None
         """Set before `open()`: receives the stream's own audio frames and the offset (seconds) that
         puts them on the source's timeline, the one its frames' pts follow across reconnects."""
+
+    Config = SourceConfig  # kind camera, and live files and streams (FileSource hands them over)
+
+    @classmethod
+    def from_config(cls, config: SourceConfig) -> LiveSource:
+        """A camera, a live stream, or a file said to be live (read again from the start each time it ends)."""
+        r = config.reconnect
+        backoff = Backoff(r.initial_s, r.max_s, r.max_attempts, r.jitter)
+        if config.kind == "camera":
+            options = camera_options(config.camera, config.ffmpeg_options)
+            return cls(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s, backoff=backoff)
+        if config.kind == "stream":
+            options = stream_options(
+                config.uri, timeout_s=config.timeout_s, rtsp_transport=config.rtsp_transport, extra=config.ffmpeg_options
+            )
+            return cls(config.id, config.uri, options=options, timeout_s=config.timeout_s, backoff=backoff)
+        return cls(config.id, config.uri, options={}, timeout_s=None, backoff=backoff)
 
     def set_interrupt(self, interrupted: Callable[[], bool]) -> None:
         self._interrupted = interrupted

@@ -15,6 +15,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from framewire.config import SourceConfig
 from framewire.media.video_reader import next_pts
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import SourceInterrupted
@@ -36,6 +37,11 @@ class ZmqSource:
 
     FPS = Fraction(25)
     TIME_BASE = Fraction(1, 1_000_000)
+    Config = SourceConfig  # kind zmq (the framewire.sources entry)
+
+    @classmethod
+    def from_config(cls, config: SourceConfig) -> ZmqSource:
+        return cls(config.id, config.uri, curve_secret_key=config.curve_secret_key, curve_clients=config.curve_clients)
 
     def __init__(
         self, source_id: str, uri: str, *, curve_secret_key: str | None = None, curve_clients: str | None = None

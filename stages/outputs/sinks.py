@@ -85,6 +85,7 @@ class VideoFileSink(_PerSource):
     one file, or segments of `segment_s` with retention, each closed one announced (media.segments)."""
 
     reads = ("image", "output")  # the composited image when there is one (record.composited_image)
+    Config = VideoFileOutput  # `kind: video_file` (the framewire.outputs entry)
 
     def __init__(self, config: VideoFileOutput) -> None:
         super().__init__()
@@ -159,6 +160,7 @@ class JsonlSink(_PerSource):
     """One JSON record per frame, per source."""
 
     reads: tuple[str, ...] = ()
+    Config = JsonlOutput
 
     def __init__(self, config: JsonlOutput) -> None:
         super().__init__()
@@ -195,6 +197,8 @@ class JsonlSink(_PerSource):
 class ZmqSink(Stage):
     """Publishes `[source_id, header JSON, optional JPEG, arrays...]` for every frame of every source;
     the arrays are the secondary models' embeddings, described in the header's `arrays`."""
+
+    Config = ZmqOutput
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config

@@ -7,36 +7,26 @@
 - `region` (stages.steps.region): the box a generator crops and pastes back: a face from a
   detector, expanded and smoothed over time, or a fixed region.
 
-Modules are imported on first use, so a process that runs no step does not load them.
+Each is an entry of the `framewire.steps` entry-point group (framewire.registry.STEPS), as a plug-in's
+steps are. Modules are imported on first use, so a process that runs no step does not load them.
 """
 
 from __future__ import annotations
-
-import importlib
 
 from pydantic import ValidationError
 
 from framewire.config import EngineConfig, StepConfig
 from framewire.pipeline.errors import ConfigError
+from framewire.registry import STEPS
 from framewire.stages.steps.base import Step
 from framewire.stages.tasks import validation_error
-
-STEPS: dict[str, str] = {
-    "audio_features": "framewire.stages.steps.audio_features:AudioFeatures",
-    "vad": "framewire.stages.steps.vad:Vad",
-    "region": "framewire.stages.steps.region:Region",
-}
-"""Step kinds and the class each one loads."""
-
 
 def resolve_step(config: StepConfig, index: int, engine: EngineConfig, rate: int = 16000) -> Step:
     """The step of `steps.<index>`, its parameters validated; errors name `steps.<index>.<key>`.
     `rate` is the sample rate of the sources' audio (app.plan checks they agree)."""
-    entry = STEPS.get(config.kind)
-    if entry is None:
-        raise ConfigError(f"steps.{index}.kind: unknown step {config.kind!r} (one of {', '.join(STEPS)})")
-    module, _, name = entry.partition(":")
-    cls: type[Step] = getattr(importlib.import_module(module), name)
+    cls = STEPS.get(config.kind, f"steps.{index}.kind")
+    if not (isinstance(cls, type) and issubclass(cls, Step)):
+        raise ConfigError(f"steps.{index}.kind: {config.kind!r} is not a framewire.stages.steps.base.Step subclass")
     try:
         params = cls.Params.model_validate(config.params)
     except ValidationError as exc:

@@ -1,4 +1,6 @@
-"""Tasks by name: the built-in model families and users' own, named `package.module:Class`.
+"""Tasks by name: the built-in model families and plug-ins' (the `framewire.tasks` entry-point
+group, framewire.registry.TASKS); a module not packaged as a plug-in can still be named directly,
+`package.module:Class`.
 
 Modules are imported on first use, so a process that never runs a task does not load OpenCV.
 """
@@ -15,11 +17,12 @@ from pydantic import BaseModel, ValidationError
 
 from framewire.config import describe_validation_error
 from framewire.pipeline.errors import ConfigError
+from framewire.registry import TASKS
 from framewire.stages.tasks.base import Result, Task, TaskParams
 from framewire.stages.tasks.objects import ObjectTask
 
 __all__ = [
-    "BUILTIN_TASKS",
+    "TASKS",
     "ObjectTask",
     "Result",
     "Task",
@@ -32,44 +35,26 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BUILTIN_TASKS: dict[str, str] = {
-    "face_detection": "framewire.stages.tasks.face_detection:FaceDetection",
-    "matting": "framewire.stages.tasks.matting:Matting",
-    "detection": "framewire.stages.tasks.detection:Detection",
-    "classification": "framewire.stages.tasks.classification:Classification",
-    "text_detection": "framewire.stages.tasks.text_detection:TextDetection",
-    "text_recognition": "framewire.stages.tasks.text_recognition:TextRecognition",
-    "generator": "framewire.stages.tasks.generator:Generator",
-}
-"""Built-in task names and the class each one loads (a Task for `model:`, an ObjectTask for
-`secondary:`; classification is both)."""
-
-
 def get_task_class(name: str) -> type[Task]:
-    """The Task class for a built-in name or a `package.module:Class` entry point."""
-    entry = BUILTIN_TASKS.get(name)
-    if entry is None and ":" not in name:
-        raise ConfigError(
-            f"model.task: unknown task {name!r} (built-in: {', '.join(BUILTIN_TASKS)}; "
-            f"or a Python entry point written package.module:Class)"
-        )
-    cls = _load_entry_point(entry or name)
+    """The Task class for a registered name (framewire.tasks) or a `package.module:Class`."""
+    cls = _task_class(name, "model.task")
     if inspect.isclass(cls) and issubclass(cls, ObjectTask) and not issubclass(cls, Task):
         raise ConfigError(f"model.task: {name!r} runs on detected objects: use it in a secondary: item")
     if not (inspect.isclass(cls) and issubclass(cls, Task)) or inspect.isabstract(cls):
         raise ConfigError(
             f"model.task: {name!r} is not a concrete subclass of stages.tasks.base.Task "
-            f"(built-in: {', '.join(BUILTIN_TASKS)})"
+            f"(registered: {', '.join(TASKS.names())})"
         )
     return cls
 
 
 def resolve_object_task(task_name: str, params: Mapping[str, Any], key: str) -> ObjectTask:
     """A secondary model's task (an ObjectTask) from its name and keys; errors name `key`."""
-    entry = BUILTIN_TASKS.get(task_name)
-    if entry is None and ":" not in task_name:
-        raise ConfigError(f"{key}.task: unknown task {task_name!r} (on objects: classification, text_recognition)")
-    cls = _load_entry_point(entry or task_name)
+    if task_name not in TASKS and ":" not in task_name:
+        raise ConfigError(
+            f"{key}.task: {TASKS.unknown(task_name)} (on objects: classification, text_recognition)"
+        )
+    cls = _task_class(task_name, f"{key}.task")
     if not (inspect.isclass(cls) and issubclass(cls, ObjectTask)) or inspect.isabstract(cls):
         raise ConfigError(
             f"{key}.task: {task_name!r} does not run on objects (not a stages.tasks.objects.ObjectTask; "
@@ -104,12 +89,21 @@ def validation_error(
     return ConfigError(describe_validation_error(exc, prefix, model=model, also_known=also_known))
 
 
+def _task_class(name: str, key: str) -> Any:
+    """A registered task, or one named `package.module:Class` (a module not packaged as a plug-in)."""
+    if ":" not in name:
+        if name not in TASKS:
+            raise ConfigError(f"{key}: {TASKS.unknown(name)}; or a class written package.module:Class")
+        return TASKS.get(name, key)
+    return _load_entry_point(name)
+
+
 def _load_entry_point(entry: str) -> Any:
     module_name, _, attribute = entry.partition(":")
     if not module_name or not attribute:
         raise ConfigError(
             f"model.task: {entry!r} is not an entry point written package.module:Class "
-            f"(built-in: {', '.join(BUILTIN_TASKS)})"
+            f"(registered: {', '.join(TASKS.names())})"
         )
     try:
         module = importlib.import_module(module_name)

@@ -61,6 +61,7 @@ def benchmark(config: Any, seconds: float) -> str:
     import numpy as np
 
     from framewire.app.compose import build_task, engine_axes, engine_options
+    from framewire.config import Backend
     from framewire.engines.registry import choose_backend, open_engine
 
     task = build_task(config)
@@ -87,7 +88,8 @@ def benchmark(config: Any, seconds: float) -> str:
     finally:
         engine.close()
     p50, p90 = (float(np.percentile(times, q)) * 1000 for q in (50, 90))
-    backend = choose_backend(config.engine, quiet=True).backend.value
+    chosen = choose_backend(config.engine, quiet=True).backend
+    backend = chosen.value if isinstance(chosen, Backend) else chosen
     return (
         f"{Path(config.model.path).name} on {backend} ({provider}), input {list(shape)}: start-up {startup:.1f} s, "
         f"p50 {p50:.2f} ms, p90 {p90:.2f} ms over {len(times)} runs"

@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from framewire.app.commands import load_job
     from framewire.app.engine_inputs import task_feeds
     from framewire.app.compose import build_task
+    from framewire.config import SourceConfig
     from framewire.engines.quantize import (
         QuantizeOptions,
         describe_float_nodes,
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.output}: fp16 of {config.model.path}, inputs and outputs fp32, {kept} node(s) kept fp32", file=sys.stderr)
         print(f"use it with: --set model.path={args.output}", file=sys.stderr)
         return 0
-    videos = list(args.video) or [source.uri for source in config.sources]
+    videos = list(args.video) or [s.uri for s in config.sources if isinstance(s, SourceConfig)]
     options = QuantizeOptions(
         per_channel=args.per_channel,
         min_channels=args.min_channels,

@@ -11,7 +11,8 @@ import pytest
 
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, StageContext
-from framewire.stages.composite import COMPOSITES, Composite, CompositeStage, resolve_composite
+from framewire.registry import COMPOSITES
+from framewire.stages.composite import Composite, CompositeStage, resolve_composite
 from framewire.stages.tasks.base import Result
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,8 +37,10 @@ def _alpha(value: int, shape: tuple[int, int] = (320, 320)) -> Result:
 
 
 def test_registry_has_every_kind() -> None:
-    assert sorted(COMPOSITES) == ["background_blur", "background_replace", "blur", "boxes", "pixelate"]
-    for kind in COMPOSITES:
+    assert COMPOSITES.names() == (
+        "background_blur", "background_replace", "blur", "boxes", "paste", "pixelate", "speaking"
+    )
+    for kind in COMPOSITES.names():
         composite = resolve_composite(kind, {})
         assert isinstance(composite, Composite) and composite.kind == kind
         assert all(f.description for f in type(composite.params).model_fields.values())

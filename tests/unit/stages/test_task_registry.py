@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from framewire.pipeline.errors import ConfigError
-from framewire.stages.tasks import BUILTIN_TASKS, get_task_class, resolve_task
+from framewire.stages.tasks import TASKS, get_task_class, resolve_task
 from framewire.stages.tasks.face_detection import FaceDetection
 from framewire.stages.tasks.matting import Matting
 
@@ -65,7 +65,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
 
 
 def test_builtin_names() -> None:
-    assert sorted(BUILTIN_TASKS) == [
+    assert list(TASKS.names()) == [
         "classification", "detection", "face_detection", "generator", "matting", "text_detection", "text_recognition"
     ]
     assert get_task_class("face_detection") is FaceDetection

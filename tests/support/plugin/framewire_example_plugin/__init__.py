@@ -1,0 +1,1 @@
+"""An example framewire plug-in: the `brightness` task, the `csv` output and the `pattern` source."""
