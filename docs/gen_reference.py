@@ -51,20 +51,19 @@ def plugin_sections() -> list[tuple[str, str, str, dict[str, type[BaseModel]]]]:
     """The keys that belong to a plug-in rather than to framewire.config (kept there as extra keys
     and validated by the class the config names): (where, the key that names the class, a title,
     {name: its parameter model}). Built-ins only: a plug-in documents its own keys."""
-    from framewire.stages.composite import COMPOSITES, MORE_COMPOSITES
-    from framewire.stages.steps import STEPS
-    from framewire.stages.tasks import BUILTIN_TASKS, ObjectTask, Task
+    from framewire.registry import COMPOSITES, STEPS, TASKS
+    from framewire.stages.tasks import ObjectTask, Task
     from framewire.stages.tracking import TrackingParams
 
-    tasks = {name: _load(entry) for name, entry in BUILTIN_TASKS.items()}
-    composites = {**COMPOSITES, **{name: _load(entry) for name, entry in MORE_COMPOSITES.items()}}
+    tasks = {name: TASKS.get(name) for name in TASKS.names()}
+    composites = {name: COMPOSITES.get(name) for name in COMPOSITES.names()}
     return [
         ("model", "task", "Task parameters: the keys of `model:` beside `path` and `task`",
          {name: cls.Params for name, cls in tasks.items() if issubclass(cls, Task)}),
         ("secondary[]", "task", "Secondary task parameters: the keys of a `secondary:` item beside its own",
          {name: cls.Params for name, cls in tasks.items() if issubclass(cls, ObjectTask)}),
         ("steps[]", "kind", "Step parameters: the keys of a `steps:` item beside kind, name and workers",
-         {name: _load(entry).Params for name, entry in STEPS.items()}),
+         {name: STEPS.get(name).Params for name in STEPS.names()}),
         ("composite[]", "kind", "Composite parameters: the keys of a `composite:` item",
          {name: cls.Params for name, cls in composites.items()}),
         ("tracking", "kind", "Tracker parameters: the keys of `tracking:` beside kind and interval",
@@ -73,7 +72,13 @@ def plugin_sections() -> list[tuple[str, str, str, dict[str, type[BaseModel]]]]:
 
 
 def _members(annotation: Any) -> list[Any]:
-    """`X | None`, `Union[A, B]` and `Annotated[A | B, ...]` as [X, None], [A, B]."""
+    """`X | None`, `Union[A, B]` and `Annotated[A | B, ...]` as [X, None], [A, B]; an item chosen by
+    kind from a registry (`outputs:`) as every registered kind's model."""
+    from framewire.config.kinds import registry_of, variants
+
+    registry = registry_of(annotation)
+    if registry is not None:
+        return list(variants(registry))
     origin = get_origin(annotation)
     if origin is Annotated:
         return _members(get_args(annotation)[0])
@@ -160,6 +165,12 @@ def _bounds(metadata: list[Any]) -> str:
 
 def type_text(annotation: Any, path: str) -> str:
     """A field's type as a reader of YAML sees it; a nested model links to its section."""
+    from framewire.config.kinds import registry_of, variants
+
+    registry = registry_of(annotation)
+    if registry is not None and len(variants(registry)) > 1:  # told apart by kind: one section each
+        return " \\| ".join(f"[mapping, kind `{_tag(model)}`](#{anchor(_tagged(path, 'kind', _tag(model)))})"
+                             for model in variants(registry))  # fmt: skip
     origin = get_origin(annotation)
     if origin is Annotated:
         inner, *metadata = get_args(annotation)

@@ -9,7 +9,7 @@ nothing); `variants()` imports them all, for "did you mean", `--set` and the doc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidatorFunctionWrapHandler, WrapValidator
 
@@ -65,4 +65,16 @@ def by_kind(registry: Registry[Any], default: Callable[[Mapping[str, Any]], str 
             raise ValueError(str(exc)) from None
         return model.model_validate(value)
 
+    validate.registry = registry  # type: ignore[attr-defined]  # read back by registry_of
     return WrapValidator(validate)
+
+
+def registry_of(annotation: Any) -> Registry[Any] | None:
+    """The registry an `Annotated[..., by_kind(R)]` field takes its models from, else None: what
+    the docs' configuration reference and its test walk to list every kind's keys."""
+    if get_origin(annotation) is Annotated:
+        for meta in get_args(annotation)[1:]:
+            found = getattr(getattr(meta, "func", None), "registry", None)
+            if isinstance(found, Registry):
+                return found
+    return None

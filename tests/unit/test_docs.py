@@ -19,13 +19,17 @@ import pytest
 from pydantic import BaseModel, Field
 
 from framewire.config import Config
+from framewire.config.kinds import registry_of, variants
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _models_in(annotation: Any) -> list[tuple[str, type[BaseModel]]]:
     """(suffix, model) for each model a field holds: `` for a mapping, `[]` for a list item,
-    `.<name>` for a map's values."""
+    `.<name>` for a map's values; an item chosen by kind from a registry, every registered kind."""
+    registry = registry_of(annotation)
+    if registry is not None:
+        return [("", model) for model in variants(registry)]
     origin = get_origin(annotation)
     if origin is Annotated:
         return _models_in(get_args(annotation)[0])
@@ -66,28 +70,21 @@ def expected_keys(model: type[BaseModel], prefix: str = "", skip: frozenset[str]
 
 def plugin_keys() -> set[str]:
     """The built-in tasks', steps', composites' and tracker's own keys (extra keys of the config)."""
-    import importlib
-
-    from framewire.stages.composite import COMPOSITES, MORE_COMPOSITES
-    from framewire.stages.steps import STEPS
-    from framewire.stages.tasks import BUILTIN_TASKS, ObjectTask, Task
+    from framewire.registry import COMPOSITES, STEPS, TASKS
+    from framewire.stages.tasks import ObjectTask, Task
     from framewire.stages.tracking import TrackingParams
 
-    def load(entry: str) -> Any:
-        module, _, name = entry.partition(":")
-        return getattr(importlib.import_module(module), name)
-
     keys = expected_keys(TrackingParams, "tracking[kind=bytetrack]")
-    for name, entry in BUILTIN_TASKS.items():
-        cls = load(entry)
+    for name in TASKS.names():
+        cls = TASKS.get(name)
         if issubclass(cls, Task):
             keys |= expected_keys(cls.Params, f"model[task={name}]", frozenset({"task"}))
         if issubclass(cls, ObjectTask):
             keys |= expected_keys(cls.Params, f"secondary[task={name}]", frozenset({"task"}))
-    for name, entry in STEPS.items():
-        keys |= expected_keys(load(entry).Params, f"steps[kind={name}]", frozenset({"kind"}))
-    for name, cls in {**COMPOSITES, **{k: load(v) for k, v in MORE_COMPOSITES.items()}}.items():
-        keys |= expected_keys(cls.Params, f"composite[kind={name}]", frozenset({"kind"}))
+    for name in STEPS.names():
+        keys |= expected_keys(STEPS.get(name).Params, f"steps[kind={name}]", frozenset({"kind"}))
+    for name in COMPOSITES.names():
+        keys |= expected_keys(COMPOSITES.get(name).Params, f"composite[kind={name}]", frozenset({"kind"}))
     return keys
 
 
