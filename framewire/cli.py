@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
     keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
     keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
+    keys.add_argument("--force", action="store_true", help="overwrite a pair of that name (its clients lose access)")
 
     for module_name in MODULES:
         module = importlib.import_module(module_name)
@@ -250,9 +251,18 @@ def _subscribe(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start."""
+    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start.
+    An existing pair is kept unless `--force`: a new secret locks out every client of the old one."""
     import zmq.auth
 
+    from framewire.pipeline.errors import UsageError
+
+    for suffix in (".key_secret", ".key"):
+        existing = Path(args.dir, args.name + suffix)
+        if existing.exists() and not args.force:
+            raise UsageError(
+                f"keys: {existing} already exists; --force overwrites it (clients of the old key lose access)"
+            )
     os.makedirs(args.dir, exist_ok=True)
     old = os.umask(0o077)
     try:

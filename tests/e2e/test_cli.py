@@ -79,6 +79,22 @@ def test_keys_writes_the_secret_half_for_its_owner_only(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "keys" / "hub.key").stat().st_mode) == 0o644
 
 
+def test_keys_keeps_an_existing_pair_unless_forced(tmp_path: Path) -> None:
+    folder = tmp_path / "keys"
+    assert run_cli("keys", "--dir", str(folder), "--name", "hub").returncode == 0
+    secret = (folder / "hub.key_secret").read_bytes()
+    again = run_cli("keys", "--dir", str(folder), "--name", "hub")
+    assert again.returncode == 2
+    assert only_error(again.stderr) == (
+        f"keys: {folder / 'hub.key_secret'} already exists; --force overwrites it (clients of the old key lose access)"
+    )
+    assert (folder / "hub.key_secret").read_bytes() == secret and again.stdout == ""
+    forced = run_cli("keys", "--dir", str(folder), "--name", "hub", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (folder / "hub.key_secret").read_bytes() != secret
+    assert stat.S_IMODE((folder / "hub.key_secret").stat().st_mode) == 0o600
+
+
 def test_every_command_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     help_text = run_cli("--help").stdout
