@@ -132,6 +132,9 @@ class VideoReader:
         self.audio_sink: Callable[[av.AudioFrame], None] | None = None
         """Live streams: set before `open()`, it receives the stream's own audio, decoded, as the
         packets are demuxed beside the video (sources.audio: `audio.uri: self`)."""
+        self.warn_derived_pts = True
+        """Whether the end of a read logs how many frames had no usable pts (a template read again on
+        every loop says it once, on its first)."""
         self._container: av.container.InputContainer | None = None
         self._stream: av.video.stream.VideoStream | None = None
         self._info: StreamInfo | None = None
@@ -230,7 +233,7 @@ class VideoReader:
             raise SourceError(
                 f"source {self.source_id}: decode error at frame {index}: {reason}"
             ) from err
-        if derived:
+        if derived and self.warn_derived_pts:
             log.warning(
                 "source %s: %s of %s frames had no usable pts; derived them from the frame rate",
                 self.source_id, derived, index,
