@@ -145,13 +145,26 @@ def _describe_models(config: Config, task: Task) -> None:
 
     if task.summary():
         print(f"  model: {task.summary()}")
+    if task.labels():
+        print(f"  model {classes_line(task.labels() or ())}")
     for i, secondary in enumerate(build_secondaries(config)):
+        where = f"secondary.{i} ({secondary.name})"
         if secondary.task.summary():
-            print(f"  secondary.{i} ({secondary.name}): {secondary.task.summary()}")
+            print(f"  {where}: {secondary.task.summary()}")
+        if secondary.task.labels():
+            print(f"  {where} {classes_line(secondary.task.labels() or ())}")
     if config.tracking:
         interval = config.tracking.interval
         every = f", the model on one frame in {interval + 1}" if interval else ""
         print(f"  tracking: {config.tracking.kind}{every}")
+
+
+def classes_line(labels: Sequence[str], limit: int = 20) -> str:
+    """`classes (N): 0=person, 1=bicycle, ...`: the ids and labels that `classes:` filters take,
+    the first `limit` of them when there are more."""
+    shown = ", ".join(f"{i}={label}" for i, label in enumerate(labels[:limit]))
+    more = f", ... ({len(labels) - limit} more)" if len(labels) > limit else ""
+    return f"classes ({len(labels)}): {shown}{more}"
 
 
 class _Progress:
