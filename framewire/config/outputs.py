@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
-from framewire.pipeline import paths
+from framewire.pipeline import paths, uris
 from framewire.config.base import _Model
 
 
@@ -116,8 +115,9 @@ class ZmqOutput(_Model):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_scheme(cls, value: str) -> str:
-        if not re.match(r"^(tcp|ipc|inproc)://.+", value):
-            raise ValueError("must start with tcp://, ipc:// or inproc://")
+        problem = uris.endpoint_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
