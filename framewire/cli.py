@@ -128,9 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from framewire.app.compose import check
+    from framewire.app.io_check import check_io
 
     config = load_job(args)
     task = check(config)
+    check_io(config)
     print(
         f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
         f"{len(config.outputs)} output(s))"
