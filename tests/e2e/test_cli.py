@@ -95,6 +95,18 @@ def test_keys_keeps_an_existing_pair_unless_forced(tmp_path: Path) -> None:
     assert stat.S_IMODE((folder / "hub.key_secret").stat().st_mode) == 0o600
 
 
+def test_quantize_names_a_calibration_video_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("these are not the frames you are looking for\n" * 100)
+    for video, why in [
+        (tmp_path / "missing.mp4", f"file not found: {tmp_path}/missing.mp4"),
+        (tmp_path / "notes.txt", f"not a video: {tmp_path}/notes.txt (text, which FFmpeg's tty demuxer would draw as frames)"),
+    ]:  # fmt: skip
+        proc = run_cli("quantize", "-c", str(DEFAULT), "--video", str(video), "-o", str(tmp_path / "int8.onnx"))
+        assert proc.returncode == 2
+        assert only_error(proc.stderr) == f"--video: {why}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no model written
+
+
 def test_every_command_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     help_text = run_cli("--help").stdout
