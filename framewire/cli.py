@@ -30,6 +30,7 @@ from framewire.app.commands import DEFAULT_CONFIG, MODULES, add_config_args, loa
 
 if TYPE_CHECKING:
     from framewire.config import Config
+    from framewire.pipeline.wire.linkwatch import LinkState
     from framewire.app.compose import Task
     from framewire.pipeline.plan import Report
 
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
     keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
     keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
+    keys.add_argument("--force", action="store_true", help="overwrite a pair of that name (its clients lose it)")
 
     for module_name in MODULES:
         module = importlib.import_module(module_name)
@@ -129,9 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from framewire.app.compose import check
+    from framewire.app.io_check import check_io
 
     config = load_job(args)
     task = check(config)
+    check_io(config)
     print(
         f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
         f"{len(config.outputs)} output(s))"
@@ -146,13 +150,26 @@ def _describe_models(config: Config, task: Task) -> None:
 
     if task.summary():
         print(f"  model: {task.summary()}")
+    if task.labels():
+        print(f"  model {classes_line(task.labels() or ())}")
     for i, secondary in enumerate(build_secondaries(config)):
+        where = f"secondary.{i} ({secondary.name})"
         if secondary.task.summary():
-            print(f"  secondary.{i} ({secondary.name}): {secondary.task.summary()}")
+            print(f"  {where}: {secondary.task.summary()}")
+        if secondary.task.labels():
+            print(f"  {where} {classes_line(secondary.task.labels() or ())}")
     if config.tracking:
         interval = config.tracking.interval
         every = f", the model on one frame in {interval + 1}" if interval else ""
         print(f"  tracking: {config.tracking.kind}{every}")
+
+
+def classes_line(labels: Sequence[str], limit: int = 20) -> str:
+    """`classes (N): 0=person, 1=bicycle, ...`: the ids and labels that `classes:` filters take,
+    the first `limit` of them when there are more."""
+    shown = ", ".join(f"{i}={label}" for i, label in enumerate(labels[:limit]))
+    more = f", ... ({len(labels) - limit} more)" if len(labels) > limit else ""
+    return f"classes ({len(labels)}): {shown}{more}"
 
 
 class _Progress:
@@ -254,14 +271,15 @@ def _json_line(level: str, message: str, **fields: Any) -> None:
 
 
 def _subscribe(args: argparse.Namespace) -> int:
-    """framewire.client.Client, printing each header as one JSON line."""
-    from framewire.client import Client, FrameRecord
+    """framewire.client.Client, printing each header as one JSON line; when nothing came, why."""
+    from framewire.client import Client, FrameRecord, KeyRefused
+    from framewire.pipeline.errors import FramewireError
 
     if args.save_images:
         os.makedirs(args.save_images, exist_ok=True)
     received = 0
     with Client(args.endpoint, mode=args.mode, topics=(args.topic,), server_key=args.server_key,
-                client_key=args.client_key) as client:  # fmt: skip
+                client_key=args.client_key, watch=True) as client:  # fmt: skip
         try:
             for message in client.messages(until_eos=args.until_eos, timeout=args.timeout or None,
                                            count=args.count or None):  # fmt: skip
@@ -269,18 +287,87 @@ def _subscribe(args: argparse.Namespace) -> int:
                     Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(message.jpeg)
                 print(json.dumps(message.header, separators=(",", ":")), flush=True)
                 received += 1
+        except KeyRefused as exc:
+            raise FramewireError(f"subscribe: {exc}{_key_hint(args)}") from None
         finally:
             if client.lost:
                 per_source = ", ".join(f"{s}: {n}" for s, n in sorted(client.lost_by_source.items()))
                 print(f"framewire: {client.lost} message(s) lost: this subscriber fell behind the pub "
                       f"output ({per_source})", file=sys.stderr)  # fmt: skip
-    return 0 if received or not args.timeout else 1
+        if not received and client.link is not None:  # the idle timeout ran out (none: it waits)
+            why = _why_nothing(client.link.update(), args)
+            raise FramewireError(f"subscribe: nothing from {args.endpoint} in {args.timeout:g} s: {why}")
+    return 0
+
+
+TOPIC_PROBE_S = 2.0
+"""How long `subscribe --topic` listens to every topic, once nothing came on its own, to name the
+topics that do flow."""
+
+
+def _why_nothing(state: LinkState, args: argparse.Namespace) -> str:
+    """What the connection went through, in a few words: nothing there, a refused or mismatched key,
+    a peer of another kind, or a publisher that sent nothing on the topic (and the topics it did send)."""
+    peer = "publisher" if args.mode == "sub" else "push output"
+    if state.refused:
+        return f"the server refused our CurveZMQ key{_key_hint(args)}"
+    if state.handshakes:
+        if args.mode == "pull":
+            return "a push output is there but sent nothing (it deals its messages out among its pullers)"
+        if not args.topic:
+            return "a publisher is there but sent nothing"
+        window = min(args.timeout, TOPIC_PROBE_S)
+        seen = _topics_seen(args, window)
+        others = f"topics seen: {', '.join(seen)}" if seen else f"nor on any other in {window:g} s"
+        return f"a publisher is there but sent nothing on topic {args.topic!r} ({others})"
+    if state.mismatched:
+        if args.server_key:
+            return "the server does not use CurveZMQ (leave out --server-key)"
+        return "the server wants CurveZMQ (--server-key: its public certificate)"
+    if state.failed:
+        kind = "pub" if args.mode == "sub" else "push"
+        return f"the CurveZMQ handshake failed: --server-key is not the server's (or it is no {kind} output)"
+    if state.connected:
+        other = "pull" if args.mode == "sub" else "sub"
+        return f"something answered, but not as a ZeroMQ {peer} (try --mode {other})"
+    return f"no {peer} answered"
+
+
+def _key_hint(args: argparse.Namespace) -> str:
+    if args.client_key:
+        return f" (the public half of {args.client_key} is not in the output's curve_clients folder)"
+    return (
+        " (a fresh pair: pass --client-key, a secret key whose public half is in the output's curve_clients folder)"
+    )
+
+
+def _topics_seen(args: argparse.Namespace, seconds: float) -> list[str]:
+    """The topics (source ids) a pub output sends, listened to for `seconds` on every topic."""
+    from framewire.client import Client
+
+    seen: set[str] = set()
+    deadline = time.monotonic() + seconds
+    with Client(args.endpoint, server_key=args.server_key, client_key=args.client_key) as probe:
+        while (left := deadline - time.monotonic()) > 0:
+            message = probe.receive(timeout=left)
+            if message is not None:
+                seen.add(message.source)
+    return sorted(seen)
 
 
 def _keys(args: argparse.Namespace) -> int:
-    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start."""
+    """A CurveZMQ pair: the secret half readable by its owner alone (0600), made so from the start.
+    An existing pair is kept unless `--force`: a new secret locks out every client of the old one."""
     import zmq.auth
 
+    from framewire.pipeline.errors import UsageError
+
+    for suffix in (".key_secret", ".key"):
+        existing = Path(args.dir, args.name + suffix)
+        if existing.exists() and not args.force:
+            raise UsageError(
+                f"keys: {existing} already exists; --force overwrites it (clients of the old key lose access)"
+            )
     os.makedirs(args.dir, exist_ok=True)
     old = os.umask(0o077)
     try:

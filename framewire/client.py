@@ -30,6 +30,7 @@ import numpy as np
 import zmq
 
 from framewire.pipeline.wire import curve
+from framewire.pipeline.wire.linkwatch import LinkWatch
 from framewire.pipeline.errors import FramewireError, UsageError
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,10 @@ Message = FrameRecord | EndOfStream | SegmentClosed
 
 class ProtocolError(FramewireError, ValueError):
     """A message that does not follow framewire's wire format."""
+
+
+class KeyRefused(FramewireError, ConnectionError):
+    """The server refused this client's CurveZMQ key: ZeroMQ does not try again, nothing will come."""
 
 
 def decode_jpeg(data: bytes) -> np.ndarray:
@@ -203,6 +208,7 @@ class Client:
         hwm: int = 1000,
         reconnect_ms: tuple[int, int] = (20, 100),
         context: zmq.Context | None = None,
+        watch: bool = False,
     ) -> None:
         """Connect (ZeroMQ connects in the background: the daemon may start later, or restart).
 
@@ -219,6 +225,8 @@ class Client:
             hwm: messages queued in this client before ZeroMQ drops (sub) or holds back (pull) more.
             reconnect_ms: the first and the longest wait between two reconnection tries, in ms.
             context: a ZeroMQ context to share; None: the client makes and ends its own.
+            watch: follow the connection (`link`: connected, handshake, refused key), and raise
+                `KeyRefused` from `receive` when the server refuses the key instead of waiting for ever.
 
         Raises:
             UsageError: a `mode` other than sub or pull, or an endpoint ZeroMQ refuses.
@@ -237,8 +245,11 @@ class Client:
         self._own_context = context is None
         self._ctx = context or zmq.Context()
         self._sock = self._ctx.socket(zmq.SUB if mode == "sub" else zmq.PULL)
+        self.link: LinkWatch | None = None
+        """With `watch`: what the connection went through (`link.update()`), to say why nothing came."""
         try:
             self._configure(mode, topics, server_key, client_key, hwm, reconnect_ms)
+            self.link = LinkWatch(self._sock) if watch else None  # before connect: no event missed
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
             self.close()
@@ -279,7 +290,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            if not self._sock.poll(wait):
+            if not self._poll(wait):
                 return None
             parts = self._sock.recv_multipart()
             try:
@@ -290,6 +301,25 @@ class Client:
                 continue
             self._count(message)
             return message
+
+    def _poll(self, wait_ms: int) -> bool:
+        """Whether a message came within `wait_ms` (-1: no limit). With a link watch its events are
+        read meanwhile, and a refused key raises at once."""
+        if self.link is None:
+            return bool(self._sock.poll(wait_ms))
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self.link.monitor, zmq.POLLIN)
+        deadline = None if wait_ms < 0 else time.monotonic() + wait_ms / 1000
+        while True:
+            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            ready = dict(poller.poll(left))
+            if self.link.update().refused:
+                raise KeyRefused(f"{self.endpoint}: the server refused our CurveZMQ key")
+            if self._sock in ready:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def messages(
         self,
@@ -355,6 +385,8 @@ class Client:
 
     def close(self) -> None:
         """Close the socket (and the context the client made); what is queued is dropped."""
+        if self.link is not None:
+            self.link.close()
         self._sock.close(linger=0)
         if self._own_context:
             self._ctx.term()

@@ -86,6 +86,34 @@ def zmq_endpoint(uri: str) -> str:
     return uri[len("zmq+") :]
 
 
+_TCP = re.compile(r"^tcp://(\[[0-9a-fA-F:.]+\]|[^/:\[\]]+):([^:/]*)$")
+_IPC_PATH_MAX = 107
+"""A Unix socket path's bytes at most (sun_path is 108 with its NUL): ZeroMQ refuses longer ones."""
+
+
+def endpoint_problem(endpoint: str, schemes: tuple[str, ...] = ("tcp", "ipc", "inproc")) -> str | None:
+    """What ZeroMQ would refuse in an endpoint to bind (`tcp://HOST:PORT`, `ipc:///path`,
+    `inproc://name`), in a few words; None when it is well formed. Nothing is opened here."""
+    found = scheme(endpoint)
+    if found not in schemes:
+        names = [f"{s}://" for s in schemes]
+        return "must start with " + (", ".join(names[:-1]) + " or " if len(names) > 1 else "") + names[-1]
+    rest = endpoint[len(found) + 3 :]
+    if found == "tcp":
+        match = _TCP.match(endpoint)
+        if match is None:
+            return "expected tcp://HOST:PORT"
+        port = match.group(2)
+        if port != "*" and not (port.isdigit() and int(port) <= 65535):
+            return f"port {port!r} is not a number from 0 to 65535 (0 or *: any free port)"
+        return None
+    if not rest:
+        return f"expected {found}://" + ("/path" if found == "ipc" else "name")
+    if found == "ipc" and len(rest.encode()) > _IPC_PATH_MAX:
+        return f"an ipc:// path is at most {_IPC_PATH_MAX} bytes (this one is {len(rest.encode())})"
+    return None
+
+
 def is_loopback(host: str) -> bool:
     """Whether a bind host only reaches this machine (so plain text is no worse than ipc://)."""
     import ipaddress

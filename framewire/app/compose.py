@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
+from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
@@ -273,11 +274,15 @@ def check_cascade(config: Config, task: Task) -> None:
 
 
 def build_plan(
-    config: Config, *, log_level: int = logging.WARNING, log_format: str = "text", check_engine: bool = True
-) -> Plan:
+    config: Config, *, log_level: int = logging.WARNING, log_format: str = "text", check_engine: bool = True,
+    check_inputs_outputs: bool = True,
+) -> Plan:  # fmt: skip
     """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
-    command on a host that runs another stage than infer."""
+    command on a host that runs another stage than infer; `check_inputs_outputs=False` skips
+    `check_io` (sources are videos, outputs can be written), for a host that runs neither."""
     check(config)
+    if check_inputs_outputs:
+        check_io(config)
     if check_engine:
         preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [

@@ -67,6 +67,8 @@ class AudioConfig(_Model):
             raise ValueError(f"uri: {self.uri!r}: a camera has no audio input here (use a file, a stream or zmq+tcp://)")
         if kind == "zmq" and not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", uris.zmq_endpoint(self.uri)):
             raise ValueError(f"uri: {self.uri!r}: expected zmq+tcp://host:port or zmq+ipc:///path")
+        if kind == "zmq" and (problem := uris.endpoint_problem(uris.zmq_endpoint(self.uri), ("tcp", "ipc"))):
+            raise ValueError(f"uri: {self.uri!r}: {problem}")
         if kind != "zmq" and (self.curve_secret_key or self.curve_clients):
             raise ValueError("curve_secret_key: only for a ZeroMQ audio input (zmq+tcp://)")
         if self.curve_clients and not self.curve_secret_key:

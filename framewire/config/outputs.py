@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
-from framewire.pipeline import paths
+from framewire.pipeline import paths, uris
 from framewire.config.base import _Model
 from framewire.config.kinds import by_kind, variants
 from framewire.registry import OUTPUTS
@@ -140,8 +139,9 @@ class ZmqOutput(OutputConfig):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_scheme(cls, value: str) -> str:
-        if not re.match(r"^(tcp|ipc|inproc)://.+", value):
-            raise ValueError("must start with tcp://, ipc:// or inproc://")
+        problem = uris.endpoint_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 

@@ -241,6 +241,9 @@ class SourceConfig(SourceBase):
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
                 raise ValueError(f"uri: {self.uri!r}: expected zmq+tcp://host:port or zmq+ipc:///path")
+            problem = uris.endpoint_problem(rest, ("tcp", "ipc"))
+            if problem:
+                raise ValueError(f"uri: {self.uri!r}: {problem}")
         return self
 
     def _audio_fits(self, kind: str) -> None:

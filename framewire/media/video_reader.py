@@ -29,6 +29,9 @@ _FALLBACK_FPS = Fraction(25)
 # AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
 _BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
 _JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
+TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf"})
+"""What FFmpeg's text-mode demuxers (tty for .txt/.nfo/.asc, bin, xbin, idf) decode: text drawn as
+frames. A text file given as a video would otherwise run as dozens of frames of coloured letters."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class VideoReader:
         self.audio_sink: Callable[[av.AudioFrame], None] | None = None
         """Live streams: set before `open()`, it receives the stream's own audio, decoded, as the
         packets are demuxed beside the video (sources.audio: `audio.uri: self`)."""
+        self.warn_derived_pts = True
+        """Whether the end of a read logs how many frames had no usable pts (a template read again on
+        every loop says it once, on its first)."""
         self._container: av.container.InputContainer | None = None
         self._stream: av.video.stream.VideoStream | None = None
         self._info: StreamInfo | None = None
@@ -149,10 +155,31 @@ class VideoReader:
         self.close()  # opening again starts over
         self._reading = False
         shown = redact(self.uri)
+        container, stream, is_file = self._open_video(shown)
+        # Frame threads hold frames back (one per thread): latency a live source does not want.
+        stream.thread_type = "SLICE" if self.live else "AUTO"
+        self._container, self._stream = container, stream
+        self._info = self._describe(container, stream, shown, is_file=is_file)
+        log.info(
+            "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
+            self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
+            self._info.frame_count, self._info.audio_codec,
+        )
+        return self._info
+
+    def check(self) -> None:
+        """Open and close again: SourceError, as `open()` raises it, unless the source is a video.
+        What `validate` and the start of a job ask of each file before any worker starts."""
+        container, _, _ = self._open_video(redact(self.uri))
+        container.close()
+
+    def _open_video(
+        self, shown: str
+    ) -> tuple[av.container.InputContainer, av.video.stream.VideoStream, bool]:
+        """The container, its video stream, and whether it is a local file; SourceError otherwise."""
         path = local_path(self.uri) if self.format is None else None
         if path is not None and not os.path.isfile(path):
-            what = "is a directory" if os.path.isdir(path) else "file not found"
-            raise SourceError(f"source {self.source_id}: {what}: {shown}")
+            raise SourceError(f"source {self.source_id}: {_not_a_file(path)}: {shown}")
         try:
             if path is not None:
                 container = av.open(path, mode="r")
@@ -171,16 +198,14 @@ class VideoReader:
             container.close()
             raise SourceError(f"source {self.source_id}: no video stream in {shown}")
         stream = container.streams.video[0]
-        # Frame threads hold frames back (one per thread): latency a live source does not want.
-        stream.thread_type = "SLICE" if self.live else "AUTO"
-        self._container, self._stream = container, stream
-        self._info = self._describe(container, stream, shown, is_file=path is not None)
-        log.info(
-            "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
-            self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
-            self._info.frame_count, self._info.audio_codec,
-        )
-        return self._info
+        if stream.codec_context.name in TEXT_CODECS:
+            demuxer = container.format.name
+            container.close()
+            raise SourceError(
+                f"source {self.source_id}: not a video: {shown} (text, which FFmpeg's {demuxer} "
+                "demuxer would draw as frames)"
+            )
+        return container, stream, path is not None
 
     def frames(self) -> Iterator[DecodedFrame]:
         """Decode every frame in order as BGR, with strictly increasing pts.
@@ -230,7 +255,7 @@ class VideoReader:
             raise SourceError(
                 f"source {self.source_id}: decode error at frame {index}: {reason}"
             ) from err
-        if derived:
+        if derived and self.warn_derived_pts:
             log.warning(
                 "source %s: %s of %s frames had no usable pts; derived them from the frame rate",
                 self.source_id, derived, index,
@@ -340,6 +365,12 @@ class VideoReader:
     def _stream_start(self) -> int:
         stream = self._stream
         return stream.start_time if stream is not None and stream.start_time is not None else 0
+
+
+def _not_a_file(path: str) -> str:
+    if os.path.isdir(path):
+        return "is a directory"
+    return "is not a file" if os.path.exists(path) else "file not found"  # /dev/null, a fifo
 
 
 def error_reason(err: BaseException, timeout_s: float | None = None) -> str:

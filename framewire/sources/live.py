@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -98,6 +99,28 @@ def camera_options(camera: CameraConfig | None, extra: Mapping[str, str] | None 
     return options
 
 
+V4L2_MAJOR = 81
+"""The character-device major number Linux gives every video4linux device (/dev/video*)."""
+
+
+def v4l2_problem(path: str) -> str | None:
+    """Why `path` is not a V4L2 camera (missing, a file, another kind of device), or None if it is one."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return f"no camera at {path}"
+    except OSError as err:
+        return f"cannot read {path}: {err.strerror}"
+    if stat.S_ISCHR(found.st_mode) and os.major(found.st_rdev) == V4L2_MAJOR:
+        return None
+    mode, device = found.st_mode, found.st_rdev
+    if stat.S_ISCHR(mode):
+        what = f"character device {os.major(device)}:{os.minor(device)}, not video4linux ({V4L2_MAJOR})"
+    else:
+        what = "a directory" if stat.S_ISDIR(mode) else "a file" if stat.S_ISREG(mode) else "not a device"
+    return f"{path} is not a camera (a V4L2 video device such as /dev/video0): it is {what}"
+
+
 class LiveSource:
     """A network stream (RTSP, RTMP, HTTP(S)/HLS, SRT, ...) or a V4L2 camera, reconnecting as it
     drops. Build it cheaply; `open()` connects (retrying like a reconnect) in the decode worker."""
@@ -156,8 +179,9 @@ class LiveSource:
     def open(self) -> dict[str, Any]:
         """Connect (retrying with backoff) and describe the stream; SourceInterrupted if told to
         stop first. A camera that is not there at all fails at once: that is a config mistake."""
-        if self.format == "v4l2" and not os.path.exists(self.uri):
-            raise SourceError(f"source {self.source_id}: no camera at {self.shown}")
+        problem = v4l2_problem(self.uri) if self.format == "v4l2" else None
+        if problem:  # a mistake in the config, which no retry mends (/dev/null would be retried for ever)
+            raise SourceError(f"source {self.source_id}: {problem}")
         reader = self._connect()
         self._first = reader.info
         info = reader.info.to_dict()

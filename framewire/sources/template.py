@@ -122,9 +122,10 @@ class TemplateSource:
             while True:
                 for index in order or [0]:
                     yield self._frames[index]
-        while True:
+        for loop in range(2**62):
             count = 0
             with VideoReader(self.source_id, self.uri) as reader:
+                reader.warn_derived_pts = loop == 0  # the same file every time: its first read says it
                 for frame in reader.frames():
                     count += 1
                     yield frame.image

@@ -74,6 +74,10 @@ class ObjectTask(ABC):
     def summary(self) -> str:
         return ""
 
+    def labels(self) -> tuple[str, ...] | None:
+        """The names of the classes the model tells apart, for `validate`; None when it has none."""
+        return None
+
     def crop(self, image: np.ndarray, detection: Mapping[str, Any], expand: float) -> np.ndarray | None:
         """The object's pixels (BGR): cut along its `quad` when it has one (a rotated text box),
         else its box grown by `expand` on each side, clipped; None if empty."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import stat
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,96 @@ def test_keys_writes_the_secret_half_for_its_owner_only(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE((tmp_path / "keys" / "hub.key_secret").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "keys" / "hub.key").stat().st_mode) == 0o644
+
+
+def test_keys_keeps_an_existing_pair_unless_forced(tmp_path: Path) -> None:
+    folder = tmp_path / "keys"
+    assert run_cli("keys", "--dir", str(folder), "--name", "hub").returncode == 0
+    secret = (folder / "hub.key_secret").read_bytes()
+    again = run_cli("keys", "--dir", str(folder), "--name", "hub")
+    assert again.returncode == 2
+    assert only_error(again.stderr) == (
+        f"keys: {folder / 'hub.key_secret'} already exists; --force overwrites it (clients of the old key lose access)"
+    )
+    assert (folder / "hub.key_secret").read_bytes() == secret and again.stdout == ""
+    forced = run_cli("keys", "--dir", str(folder), "--name", "hub", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (folder / "hub.key_secret").read_bytes() != secret
+    assert stat.S_IMODE((folder / "hub.key_secret").stat().st_mode) == 0o600
+
+
+def test_quantize_names_a_calibration_video_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("these are not the frames you are looking for\n" * 100)
+    for video, why in [
+        (tmp_path / "missing.mp4", f"file not found: {tmp_path}/missing.mp4"),
+        (tmp_path / "notes.txt", f"not a video: {tmp_path}/notes.txt (text, which FFmpeg's tty demuxer would draw as frames)"),
+    ]:  # fmt: skip
+        proc = run_cli("quantize", "-c", str(DEFAULT), "--video", str(video), "-o", str(tmp_path / "int8.onnx"))
+        assert proc.returncode == 2
+        assert only_error(proc.stderr) == f"--video: {why}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no model written
+
+
+@pytest.fixture
+def feeding(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Publishers that keep sending frames of `cam` and `door` until the test ends: their endpoints."""
+    from framewire.pipeline.wire.publish import Publisher
+
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(name: str, **curve: str) -> str:
+        publisher = Publisher(f"ipc://{tmp_path}/{name}.sock", "pub", **curve)
+        bound = threading.Event()
+
+        def feed() -> None:  # the socket lives in the thread that uses it
+            publisher.open()
+            bound.set()
+            seq = 0
+            while not stop.wait(0.02):
+                for source in ("cam", "door"):
+                    publisher.send(source, {"source": source, "seq": seq, "pts": seq, "time": 0.0, "width": 1,
+                                            "height": 1, "results": {}, "latency_ms": {}})  # fmt: skip
+                seq += 1
+            publisher.close()
+
+        threads.append(threading.Thread(target=feed, daemon=True))
+        threads[-1].start()
+        assert bound.wait(timeout=20)
+        return publisher.endpoint
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def test_subscribe_says_why_nothing_came(tmp_path: Path, feeding: Callable[..., str]) -> None:
+    import zmq.auth
+
+    server_public, server_secret = zmq.auth.create_certificates(tmp_path, "server")
+    (tmp_path / "clients").mkdir()
+    plain = feeding("plain")
+    curve = feeding("curve", curve_secret_key=str(server_secret), curve_clients_dir=str(tmp_path / "clients"))
+    nobody = f"ipc://{tmp_path}/nobody.sock"
+    cases = [
+        ([nobody], f"nothing from {nobody} in 1 s: no publisher answered"),
+        ([plain, "--topic", "yard"],
+         f"nothing from {plain} in 1 s: a publisher is there but sent nothing on topic 'yard' (topics seen: cam, door)"),
+        ([curve, "--server-key", str(server_public)],
+         f"{curve}: the server refused our CurveZMQ key (a fresh pair: pass --client-key, a secret key whose "
+         "public half is in the output's curve_clients folder)"),
+        ([curve], f"nothing from {curve} in 1 s: the server wants CurveZMQ (--server-key: its public certificate)"),
+    ]  # fmt: skip
+    for args, message in cases:
+        proc = run_cli("subscribe", "--endpoint", *args, "--timeout", "1", timeout=60)
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        assert only_error(proc.stderr) == f"subscribe: {message}"
+    # without --timeout too: a refused key is final, so it does not wait for ever
+    proc = run_cli("subscribe", "--endpoint", curve, "--server-key", str(server_public), timeout=60)
+    assert proc.returncode == 1 and "the server refused our CurveZMQ key" in only_error(proc.stderr)
+    done = run_cli("subscribe", "--endpoint", plain, "--topic", "door", "--count", "2", timeout=60)
+    assert done.returncode == 0 and [json.loads(line)["source"] for line in done.stdout.splitlines()] == ["door"] * 2
 
 
 def test_every_command_is_in_the_readme() -> None:

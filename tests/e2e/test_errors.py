@@ -30,15 +30,59 @@ def timed(*args: str):  # type: ignore[no-untyped-def]
     return proc
 
 
+def validate_args(run_args: list[str]) -> list[str]:
+    """`face_job`'s arguments for `validate` instead of `run`."""
+    return ["validate", *run_args[2:]]
+
+
 def test_missing_video(tmp_path: Path) -> None:
-    proc = timed(*face_job(tmp_path, tmp_path / "nope.mp4", source_id="cam7"))
-    check_error(proc, 1, "cam7", "nope.mp4")
+    args = face_job(tmp_path, tmp_path / "nope.mp4", source_id="cam7")
+    for command in (args, validate_args(args)):
+        line = check_error(timed(*command), 2)
+        assert line == f"framewire: error: sources.0.uri: source cam7: file not found: {tmp_path}/nope.mp4"
 
 
 def test_a_file_that_is_not_a_video(tmp_path: Path) -> None:
     fake = tmp_path / "notes.mp4"
     fake.write_text("these are not the frames you are looking for\n" * 100)
-    check_error(timed(*face_job(tmp_path, fake)), 1, "clip", "notes.mp4")
+    check_error(timed(*face_job(tmp_path, fake)), 2, "sources.0.uri", "clip", "notes.mp4", "not a readable video")
+
+
+def test_a_text_file_is_no_video_and_dev_null_no_camera(tmp_path: Path) -> None:
+    """FFmpeg's tty demuxer would draw a .txt as 54 frames of letters, and /dev/null would be
+    retried as a camera for ever: both are refused at start, run and validate alike."""
+    text = tmp_path / "notes.txt"
+    text.write_text("these are not the frames you are looking for\n" * 100)
+    for uri, why in [
+        (text, f"not a video: {text} (text, which FFmpeg's tty demuxer would draw as frames)"),
+        ("/dev/null", "/dev/null is not a camera (a V4L2 video device such as /dev/video0): it is character "
+                      "device 1:3, not video4linux (81)"),
+    ]:  # fmt: skip
+        args = face_job(tmp_path, uri, source_id="cam")
+        for command in (args, validate_args(args)):
+            assert check_error(timed(*command), 2) == f"framewire: error: sources.0.uri: source cam: {why}"
+    assert not (tmp_path / "cam.jsonl").exists()
+
+
+def test_outputs_and_endpoints_are_checked_at_start(tmp_path: Path) -> None:
+    """An output that cannot be written, a port that is no port: one line at start, not an error
+    from every output at frame 0."""
+    (tmp_path / "plain-file").write_text("")
+    cases = [
+        (f"outputs.0.path={tmp_path}/plain-file/{{source_id}}.mp4",
+         f"outputs.0.path: cannot make the folder {tmp_path}/plain-file: {tmp_path}/plain-file is a file"),
+        (f"outputs.1.path={tmp_path}", f"outputs.1.path: {tmp_path} is a folder, not a file"),
+        ("outputs.2={kind: zmq, endpoint: 'tcp://127.0.0.1:notaport'}",
+         "outputs.2.endpoint: port 'notaport' is not a number from 0 to 65535 (0 or *: any free port)"),
+        (f"outputs.2={{kind: zmq, endpoint: 'ipc://{tmp_path}/none/x.sock'}}",
+         f"outputs.2.endpoint: no folder {tmp_path}/none for ipc://{tmp_path}/none/x.sock"),
+    ]  # fmt: skip
+    for override, message in cases:
+        args = face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", override)
+        for command in (args, validate_args(args)):
+            line = check_error(timed(*command), 2)
+            assert message in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain-file"]  # nothing made, nothing written
 
 
 def test_truncated_video_keeps_what_it_could_decode(tmp_path: Path) -> None:
@@ -60,10 +104,13 @@ def test_corrupt_video(tmp_path: Path) -> None:
 
 
 def test_one_bad_source_does_not_stop_the_others(tmp_path: Path) -> None:
+    full = clips.make_clip(tmp_path / "full.avi", codec="mpeg4", frames=60, from_clip=VIDEOS / "carphone_pristine.mp4",
+                           width=176, height=144)  # fmt: skip
+    cut = clips.make_truncated_copy(full, tmp_path / "cut.avi", fraction=0.5)  # opens at start, fails midway
     args = face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", source_id="good")
-    args += ["--set", "sources.1.id=bad", "--set", f"sources.1.uri={tmp_path}/missing.mp4"]
+    args += ["--set", "sources.1.id=bad", "--set", f"sources.1.uri={cut}"]
     proc = timed(*args)
-    check_error(proc, 1, "bad", "missing.mp4")
+    check_error(proc, 1, "bad", "truncated")
     assert len(read_jsonl(tmp_path / "good.jsonl")) == 120
     assert clips.count_frames(tmp_path / "good.mp4") == 120
 

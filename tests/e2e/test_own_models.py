@@ -187,9 +187,11 @@ def test_validate_says_how_each_model_is_read_and_bad_ones_stop_at_start(tmp_pat
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[1].startswith("  model: text_detection: probability map")
-    assert lines[2] == "  secondary.0 (text): text_recognition: CTC over 6623 characters, input height 48"
+    assert "  secondary.0 (text): text_recognition: CTC over 6623 characters, input height 48" in lines
+    assert "  secondary.1 (angle) classes (2): 0=0, 1=180" in lines
     done = run_cli("validate", "-c", str(CONFIGS / "yolox.yaml"))
     assert "detection: format yolox (3549 rows = the grid cells at the strides), 1 classes" in done.stdout
+    assert "  model classes (1): 0=target" in done.stdout.splitlines()
     bad = run_cli(
         "run",
         "-c",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zmq.auth
 
-from framewire.client import Client, EndOfStream, FrameRecord, ProtocolError, SegmentClosed, parse
+from framewire.client import Client, EndOfStream, FrameRecord, KeyRefused, ProtocolError, SegmentClosed, parse
 from framewire.pipeline.wire.publish import Publisher
 
 pytestmark = pytest.mark.timeout(120)
@@ -124,5 +124,37 @@ def test_curve_keys(tmp_path: Path) -> None:
         with Client(endpoint, server_key=str(server_public)) as stranger:  # a fresh pair, not in the folder
             publisher.send("cam", frame_header(0))
             assert stranger.receive(timeout=1.0) is None
+    finally:
+        publisher.close()
+
+
+def test_a_watched_client_knows_what_its_connection_went_through(tmp_path: Path) -> None:
+    """Nothing listening; a publisher; a server that refuses the key: the link says which, and a
+    refused key raises at once (ZeroMQ never connects again after it, so waiting would be for ever)."""
+    with Client(f"ipc://{tmp_path}/nobody.sock", watch=True) as alone:
+        assert alone.receive(timeout=0.3) is None
+        assert alone.link is not None and alone.link.update().connected == 0
+    publisher = Publisher(f"ipc://{tmp_path}/plain.sock", "pub")
+    publisher.open()
+    try:
+        with Client(publisher.endpoint, topics=("door",), watch=True) as client:
+            deadline = time.monotonic() + 20
+            while client.link.update().handshakes == 0 and time.monotonic() < deadline:  # type: ignore[union-attr]
+                publisher.send("cam", frame_header(0))
+                assert client.receive(timeout=0.05) is None  # another topic
+            assert client.link.state.handshakes >= 1 and client.link.state.refused == 0  # type: ignore[union-attr]
+    finally:
+        publisher.close()
+    server_public, server_secret = zmq.auth.create_certificates(tmp_path, "server")
+    (tmp_path / "clients").mkdir()
+    publisher = Publisher(f"ipc://{tmp_path}/curve.sock", "pub", curve_secret_key=str(server_secret),
+                          curve_clients_dir=str(tmp_path / "clients"))  # fmt: skip
+    publisher.open()
+    try:
+        with Client(publisher.endpoint, server_key=str(server_public), watch=True) as stranger:
+            started = time.monotonic()
+            with pytest.raises(KeyRefused, match=r"curve.sock: the server refused our CurveZMQ key$"):
+                stranger.receive(timeout=30)
+            assert time.monotonic() - started < 20
     finally:
         publisher.close()

@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"use it with: --set model.path={args.output}", file=sys.stderr)
         return 0
     videos = list(args.video) or [s.uri for s in config.sources if isinstance(s, SourceConfig)]
+    _check_videos(args.video, config)
     options = QuantizeOptions(
         per_channel=args.per_channel,
         min_channels=args.min_channels,
@@ -158,6 +159,20 @@ def run(args: argparse.Namespace) -> int:
         _auto_fp32(args, task, config.model.path, videos)
     print(f"use it with: --set model.path={report.output}", file=sys.stderr)
     return 0
+
+
+def _check_videos(given: list[str], config: Any) -> None:
+    """Each calibration video opens as a video, before ONNX Runtime's quantiser (which would hide why
+    behind "no calibration frames reached the model")."""
+    from framewire.app.io_check import check_video
+    from framewire.config import SourceConfig
+
+    for video in given:
+        check_video(video, "--video")
+    if not given:
+        for i, source in enumerate(config.sources):
+            if isinstance(source, SourceConfig):  # a plug-in's source has no file to read
+                check_video(source.uri, f"sources.{i}.uri (the calibration video without --video)", source.id)
 
 
 def _auto_fp32(args: argparse.Namespace, task: Any, model_path: str, videos: list[str]) -> None:

@@ -42,6 +42,8 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from framewire.app.commands import load_job
     from framewire.app.compose import PRELOAD, build_plan
+    from framewire.app.io_check import check_output
+    from framewire.pipeline.names import OUTPUTS, output_name
     from framewire.pipeline.errors import UsageError
     from framewire.pipeline.wire.remote import MAX_CREDITS
     from framewire.pipeline.worker.remote_workers import run_workers
@@ -59,7 +61,13 @@ def run_worker(args: argparse.Namespace) -> int:
     if args.stage not in names:
         raise UsageError(f"--stage {args.stage!r}: this config's stages are {', '.join(names)}")
     level = logging.getLogger().getEffectiveLevel()
-    plan = build_plan(config, log_level=level, log_format=args.log_format, check_engine=args.stage == "infer")
+    plan = build_plan(
+        config, log_level=level, log_format=args.log_format, check_engine=args.stage == "infer",
+        check_inputs_outputs=False,  # the sources are read on the daemon's host
+    )  # fmt: skip
+    for i, output in enumerate(config.outputs):
+        if args.stage in (output_name(i, output.kind), OUTPUTS):
+            check_output(output, f"outputs.{i}", [source.id for source in config.sources])
     factories = {name: factory for name, _, factory in plan.middle}
     factories.update(dict(plan.outputs))
     if args.stage.startswith("output"):

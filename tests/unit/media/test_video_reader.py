@@ -175,6 +175,33 @@ def test_text_file_named_mp4(tmp_path: Path) -> None:
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("suffix", [".txt", ".nfo", ".asc"])
+def test_a_text_file_is_not_a_video_though_ffmpeg_draws_it(tmp_path: Path, suffix: str) -> None:
+    """FFmpeg's tty demuxer reads these suffixes as text to draw (54 frames of letters, once)."""
+    path = tmp_path / f"notes{suffix}"
+    path.write_text("these are not the frames you are looking for\n" * 100)
+    with av.open(str(path)) as container:  # what FFmpeg alone makes of it
+        assert container.format.name == "tty" and container.streams.video[0].codec_context.name == "ansi"
+    expected = f"source cam7: not a video: {path} (text, which FFmpeg's tty demuxer would draw as frames)"
+    with pytest.raises(SourceError) as opened:
+        VideoReader("cam7", str(path)).open()
+    with pytest.raises(SourceError) as checked:
+        VideoReader("cam7", str(path)).check()
+    assert str(opened.value) == str(checked.value) == expected
+
+
+def test_check_opens_and_closes_without_reading(tmp_path: Path) -> None:
+    clip = clips.make_clip(tmp_path / "c.mp4", frames=5)
+    reader = VideoReader("cam7", str(clip))
+    reader.check()
+    with pytest.raises(SourceError, match="not open"):
+        reader.info  # noqa: B018 - check() describes nothing
+    with pytest.raises(SourceError, match=r"^source cam7: is not a file: /dev/null$"):
+        VideoReader("cam7", "/dev/null").check()
+    with pytest.raises(SourceError, match=rf"^source cam7: is a directory: {tmp_path}$"):
+        VideoReader("cam7", str(tmp_path)).check()
+
+
 def test_file_without_video(tmp_path: Path) -> None:
     path = clips.make_audio_only(tmp_path / "tone.m4a")
     with pytest.raises(SourceError, match=r"source cam7: no video stream in .*tone\.m4a"):

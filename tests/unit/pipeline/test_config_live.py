@@ -6,7 +6,7 @@ import pytest
 
 from framewire.config import Config, Policy, load_config
 from framewire.pipeline.errors import ConfigError
-from framewire.pipeline.uris import is_live, redact, source_kind, zmq_endpoint
+from framewire.pipeline.uris import endpoint_problem, is_live, redact, source_kind, zmq_endpoint
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -85,6 +85,7 @@ def test_a_latency_budget_goes_with_any_policy() -> None:
         ("{id: a, uri: 'rtsp://h/s', reconnect: {initial_s: 9, max_s: 1}}", "sources.0.reconnect: max_s (1.0) must be at least"),
         ("{id: a, uri: 'rtsp://h/s', reconnect: {tries: 3}}", "sources.0.reconnect.tries: unknown key"),
         ("{id: a, uri: 'zmq+tcp://127.0.0.1'}", "expected zmq+tcp://host:port or zmq+ipc:///path"),
+        ("{id: a, uri: 'zmq+tcp://127.0.0.1:99999'}", "sources.0.uri: 'zmq+tcp://127.0.0.1:99999': port '99999' is not"),
     ],
 )
 def test_bad_live_keys_name_the_key(source: str, expected: str) -> None:
@@ -123,3 +124,33 @@ def test_redact_and_zmq_endpoint() -> None:
     assert zmq_endpoint("zmq+ipc:///tmp/x.sock") == "ipc:///tmp/x.sock"
     with pytest.raises(ValueError):
         zmq_endpoint("tcp://127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("tcp://127.0.0.1:5560", None),
+        ("tcp://*:*", None),
+        ("tcp://[::1]:0", None),
+        ("tcp://eth0:5560", None),
+        ("ipc:///tmp/framewire.sock", None),
+        ("inproc://results", None),
+        ("tcp://127.0.0.1:notaport", "port 'notaport' is not a number from 0 to 65535 (0 or *: any free port)"),
+        ("tcp://127.0.0.1:65536", "port '65536' is not a number from 0 to 65535 (0 or *: any free port)"),
+        ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
+        ("ipc://", "expected ipc:///path"),
+        ("ipc:///" + "d" * 107, "an ipc:// path is at most 107 bytes (this one is 108)"),
+        ("udp://127.0.0.1:5560", "must start with tcp://, ipc:// or inproc://"),
+    ],
+)
+def test_endpoint_problems_are_what_zmq_would_refuse(endpoint: str, problem: str | None) -> None:
+    assert endpoint_problem(endpoint) == problem
+    if problem is None:
+        return
+    import zmq
+
+    with zmq.Context() as ctx, ctx.socket(zmq.PUB) as sock:
+        sock.setsockopt(zmq.LINGER, 0)
+        with pytest.raises(zmq.ZMQError):
+            sock.bind(endpoint)
+    assert endpoint_problem("tcp://127.0.0.1:5560/x") == "expected tcp://HOST:PORT"  # a path: a typo

@@ -180,6 +180,26 @@ def test_a_template_runs_exactly_as_long_as_its_audio(ring: AudioRing, tmp_path:
     assert np.array_equal(frames[120][0], frames[index][0])
 
 
+def test_a_looped_template_without_pts_says_so_once(
+    ring: AudioRing, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raw H.264 template has no pts: read again on every loop, it is logged on the first only."""
+    from tests.support import clips
+
+    template = clips.make_clip(tmp_path / "t.h264", frames=10, fps=25)
+    write_audio(tmp_path / "a.wav", tone_bursts(2.0, []))
+    config = SourceConfig.model_validate({"id": "s", "uri": str(template), "template": "loop", "audio": {"uri": str(tmp_path / "a.wav")}})
+    source = build_source(config, AudioNeed(0.1, 0.1))
+    source.open()
+    source.attach_audio(ring)  # type: ignore[attr-defined]
+    with caplog.at_level("WARNING", logger="framewire.media.video_reader"):
+        frames = list(source.frames())
+    source.close()
+    assert len(frames) == 50  # five loops of the template
+    warned = [r.getMessage() for r in caplog.records if "no usable pts" in r.getMessage()]
+    assert warned == ["source s: 10 of 10 frames had no usable pts; derived them from the frame rate"]
+
+
 def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_path: Path) -> None:
     """StreamAudio on the test RTSP server's sound track: chunks in order; after the server dies and
     comes back, the chunks go on from where they stopped plus the time offline, never back."""

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import threading
 import time
 from fractions import Fraction
@@ -24,7 +25,7 @@ from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import LiveFrameSource, SourceInterrupted
 from framewire.sources import build_source
 from framewire.sources.file import FileSource
-from framewire.sources.live import Backoff, LiveSource, camera_options, stream_options
+from framewire.sources.live import V4L2_MAJOR, Backoff, LiveSource, camera_options, stream_options, v4l2_problem
 from framewire.sources.zmq import ZmqSource
 from tests.support.rtsp_server import free_port, spawn
 
@@ -79,6 +80,31 @@ def test_a_missing_camera_is_one_line_naming_the_source() -> None:
     with pytest.raises(SourceError) as caught:
         source.open()
     assert str(caught.value) == "source door: no camera at /dev/video0"
+
+
+def test_dev_null_is_no_camera_and_is_not_retried() -> None:
+    source = build_source(SourceConfig(id="door", uri="/dev/null", reconnect={"initial_s": 0.1}))
+    started = time.monotonic()
+    with pytest.raises(SourceError) as caught:
+        source.open()
+    assert time.monotonic() - started < 1.0  # at once: no backoff, no retry
+    assert str(caught.value) == (
+        "source door: /dev/null is not a camera (a V4L2 video device such as /dev/video0): it is character "
+        "device 1:3, not video4linux (81)"
+    )
+
+
+def test_a_camera_is_a_video4linux_character_device(tmp_path: Path) -> None:
+    assert v4l2_problem(str(tmp_path)).endswith("it is a directory")  # type: ignore[union-attr]
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    assert v4l2_problem(str(tmp_path / "clip.mp4")).endswith("it is a file")  # type: ignore[union-attr]
+    assert v4l2_problem(str(tmp_path / "video9")) == f"no camera at {tmp_path / 'video9'}"
+    node = tmp_path / "video0"
+    try:  # the node of a camera (major 81) that is not plugged in: stat() sees it as a camera's
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(V4L2_MAJOR, 0))
+    except PermissionError:
+        pytest.skip("no permission to make a device node here")
+    assert v4l2_problem(str(node)) is None
 
 
 def test_backoff_doubles_up_to_its_limit() -> None:
