@@ -13,7 +13,9 @@ __path__ = extend_path(__path__, __name__)
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from framewire.client import Client, EndOfStream, FrameRecord, Message, ProtocolError, SegmentClosed, parse
+    from framewire.client import (
+        Client, EndOfStream, FrameRecord, KeyRefused, Message, ProtocolError, SegmentClosed, parse,
+    )
     from framewire.config import Config, load_config, validate_config
     from framewire.embed import Pipeline
     from framewire.pipeline.errors import (
@@ -34,7 +36,7 @@ _PUBLIC = {
     "FramewireError": "framewire.pipeline.errors", "ConfigError": "framewire.pipeline.errors",
     "EngineError": "framewire.pipeline.errors", "SourceError": "framewire.pipeline.errors",
     "UsageError": "framewire.pipeline.errors", "JobFailed": "framewire.pipeline.errors",
-    "JobTimeout": "framewire.pipeline.errors",
+    "JobTimeout": "framewire.pipeline.errors", "KeyRefused": "framewire.client",
 }
 
 __all__ = sorted(_PUBLIC)
