@@ -258,7 +258,13 @@ class AudioFeed:
         return out
 
     def close(self) -> None:
+        """Stop the thread, then close the producer. Closing a file's container while the thread
+        still decodes from it crashed the decode worker (SIGSEGV in FFmpeg, seen when `max_frames`
+        ended a source with audio before its audio did): the thread sees the stop between chunks. A
+        live producer blocked in a read is unblocked by its close, so it is closed after a short wait."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
         self.producer.close()
         if self._thread is not None:
             self._thread.join(timeout=2.0)

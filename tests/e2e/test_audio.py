@@ -276,6 +276,17 @@ def test_an_audio_file_that_ends_before_the_video_follows_the_policy(tmp_path: P
 
 
 
+def test_max_frames_ends_a_source_with_audio_cleanly(tmp_path: Path) -> None:
+    """A source cut by max_frames while its audio file still has more: the audio thread stops before
+    its container closes (closing it under the thread crashed the decode worker with SIGSEGV)."""
+    done = run_cli(
+        "run", "-c", str(ROOT / "configs" / "speaking.yaml"), "--no-progress",
+        "--set", "sources.0.max_frames=20", "--set", outputs(tmp_path, "cut"), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r["seq"] for r in read_jsonl(tmp_path / "cut.jsonl")] == list(range(20))
+
+
 def test_an_rtsp_stream_with_its_own_audio_stays_in_sync(media: Path, tmp_path: Path) -> None:
     """RTSP with audio (`audio.uri: self`): the sound comes in the same stream as the frames (H.264
     and L16 tracks from the test server), 20 s at the stream's own pace."""
