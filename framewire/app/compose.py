@@ -368,22 +368,24 @@ def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 
 
 def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     """A source added at run time (control API): validated like a `sources:` item of the config."""
-    from pydantic import ValidationError
+    from pydantic import TypeAdapter, ValidationError
 
+    from framewire.app.io_check import check_source
     from framewire.config import describe_validation_error, resolve_inputs
+    from framewire.config.sources import Source
 
-    try:
-        source = SourceConfig.model_validate(raw)
+    try:  # chosen by kind (or uri) from the registry, as the config file's sources are
+        source = TypeAdapter(Source).validate_python(raw)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source", model=SourceConfig)) from None
     resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[2]])
     added = resolved.sources[0]
-    uri = added.uri if isinstance(added, SourceConfig) else source.uri
-    path = local_path(uri)
-    kind = source_kind(uri)
-    if path is not None and kind in ("file", "camera") and not Path(path).exists():
-        # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
-        raise ConfigError(f"source.uri: {kind} not found: {redact(uri)}")
+    if isinstance(added, SourceConfig):  # a plug-in's source checks itself when it opens
+        path, kind = local_path(added.uri), source_kind(added.uri)
+        if path is not None and kind in ("file", "camera") and not Path(path).exists():
+            # Refused now (400) rather than accepted and failed in the decode worker, seen only in the log.
+            raise ConfigError(f"source.uri: {kind} not found: {redact(added.uri)}")
+        check_source(added, "source.uri")  # a file that is not a video, a camera that is not V4L2
     if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
         check_audio(resolved, build_task(config), build_steps(config))
     return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)

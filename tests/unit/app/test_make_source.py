@@ -25,9 +25,9 @@ BIKES = str(ROOT / "assets" / "videos" / "bikes.mp4")
         ({"id": "cam", "uri": BIKES, "polcy": "block"}, "source.polcy: unknown key (did you mean policy?)"),
         ({"id": "cam", "uri": BIKES, "reconnect": {"initial": 1}}, "source.reconnect.initial: unknown key (did you mean initial_s?)"),
         ({"id": "cam", "uri": BIKES, "frames": 5}, "source.frames: unknown key (did you mean max_frames?)"),
-        # An output's keys in a source's body: named as the config file names them, one line.
-        ({"id": "cam", "uri": BIKES, "kind": "json"}, "source.kind: unknown key (did you mean id?)"),
-        ({"kind": "jsonl", "path": "x.jsonl"}, "source.kind: unknown key (did you mean id?) (and 2 more)"),
+        # A kind no source has (an output's, posted as a source): the registry's names, one line.
+        ({"id": "cam", "uri": BIKES, "kind": "json"}, "source.kind: unknown source 'json' (one of camera, file, stream, zmq)"),
+        ({"kind": "jsonl", "path": "x.jsonl"}, "source.kind: unknown source 'jsonl' (one of camera, file, stream, zmq)"),
         ({"id": "cam"}, "source.uri: required key is missing"),
         ({"id": "cam", "uri": BIKES, "policy": "json"},
          "source.policy: Input should be 'block', 'drop_oldest' or 'drop_newest' (got 'json')"),
@@ -39,6 +39,16 @@ def test_a_bad_body_is_one_line_like_the_config_file(body: dict[str, Any], messa
     with pytest.raises(ConfigError) as info:
         make_source(config, body)
     assert str(info.value) == message
+
+
+def test_a_file_that_is_not_a_video_is_refused_when_added(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a video\n" * 50)
+    config = load_config(ROOT / "configs" / "default.yaml")
+    with pytest.raises(ConfigError) as info:
+        make_source(config, {"id": "notes", "uri": str(notes)})
+    assert str(info.value).startswith("source.uri: source notes: ") and "notes.txt" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_a_good_body_is_a_source_plan() -> None:
