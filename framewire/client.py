@@ -12,9 +12,11 @@ message becomes a `FrameRecord` (a frame's results), an `EndOfStream` (a source 
 `SegmentClosed` (a video_file output closed a segment). A `pub` output drops what a slow subscriber
 cannot take without telling anyone; the client counts those losses from the gaps in each topic's
 message numbers (`lost`, `lost_by_source`), and the messages it missed before its first one of a
-stream (`missed_at_start`: a stream's numbers start at 0, or at the header's `msg_start`). ZeroMQ reconnects by itself (every 20 to 100 ms) after
-the daemon restarts or the network drops; heartbeats notice a dead peer. With `server_key` the link is
-CurveZMQ (`client_key`: this client's secret certificate, or a fresh pair).
+stream (`missed_at_start`: a stream's numbers start at 0, or at the header's `msg_start`); a `pub`
+output with `wait_subscribers` holds its first frame until the subscribers are in. ZeroMQ reconnects
+by itself (every 20 to 100 ms) after the daemon restarts or the network drops; heartbeats notice a
+dead peer. With `server_key` the link is CurveZMQ (`client_key`: this client's secret certificate,
+or a fresh pair).
 """
 
 from __future__ import annotations
