@@ -11,9 +11,12 @@ arrays...]` (the JPEG when the header has `image`, then one part per entry of it
 message becomes a `FrameRecord` (a frame's results), an `EndOfStream` (a source ended) or a
 `SegmentClosed` (a video_file output closed a segment). A `pub` output drops what a slow subscriber
 cannot take without telling anyone; the client counts those losses from the gaps in each topic's
-message numbers (`lost`, `lost_by_source`). ZeroMQ reconnects by itself (every 20 to 100 ms) after
-the daemon restarts or the network drops; heartbeats notice a dead peer. With `server_key` the link is
-CurveZMQ (`client_key`: this client's secret certificate, or a fresh pair).
+message numbers (`lost`, `lost_by_source`), and the messages it missed before its first one of a
+stream (`missed_at_start`: a stream's numbers start at 0, or at the header's `msg_start`); a `pub`
+output with `wait_subscribers` holds its first frame until the subscribers are in. ZeroMQ reconnects
+by itself (every 20 to 100 ms) after the daemon restarts or the network drops; heartbeats notice a
+dead peer. With `server_key` the link is CurveZMQ (`client_key`: this client's secret certificate,
+or a fresh pair).
 """
 
 from __future__ import annotations
@@ -237,7 +240,11 @@ class Client:
         self.endpoint = endpoint
         self.decode_images = decode_images
         self.lost = 0
-        """Messages a pub output sent that this client never got (gaps in the message numbers)."""
+        """Messages a pub output sent that this client never got: the gaps in the message numbers,
+        and the messages of a stream before the first this client got (`missed_at_start`)."""
+        self.missed_at_start = 0
+        """The part of `lost` that came before this client's first message of a stream: it connected or
+        subscribed after the stream started (a late joiner counts everything it joined after)."""
         self.lost_by_source: dict[str, int] = {}
         self.bad = 0
         """Messages dropped because they did not follow the wire format (logged)."""
@@ -375,12 +382,18 @@ class Client:
         number = message.header.get("msg")
         if not isinstance(number, int):
             return
+        start = message.header.get("msg_start", 0)
         expected = self._next.get(message.source)
-        # A number below the expected one: the daemon restarted and numbers from 0 again.
-        if expected is not None and number > expected:
-            gap = number - expected
-            self.lost += gap
-            self.lost_by_source[message.source] = self.lost_by_source.get(message.source, 0) + gap
+        # The first message of the topic, or a number below the expected one (the daemon restarted and
+        # numbers from 0 again): what came before it in its stream was missed at the start.
+        if expected is None or number < expected:
+            missed = number - start if isinstance(start, int) and 0 <= start <= number else 0
+            self.missed_at_start += missed
+        else:
+            missed = number - expected
+        if missed:
+            self.lost += missed
+            self.lost_by_source[message.source] = self.lost_by_source.get(message.source, 0) + missed
         self._next[message.source] = number + 1
 
     def close(self) -> None:

@@ -127,6 +127,19 @@ class ZmqOutput(OutputConfig):
     jpeg: bool = Field(default=False, description="Append the composited frame as a JPEG part.")
     jpeg_quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
     hwm: int = Field(default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks.")
+    wait_subscribers: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "pub: before the first frame, wait for this many subscriptions (a subscriber counts once per"
+            " topic it subscribes to), so subscribers that connect as the job starts miss nothing."
+        ),
+    )
+    wait_subscribers_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long wait_subscribers waits; then the output logs one warning and sends anyway.",
+    )
     curve_secret_key: str | None = Field(
         default=None,
         description="CurveZMQ: this output's secret certificate (`keys` makes one); encrypts the socket.",
@@ -143,6 +156,12 @@ class ZmqOutput(OutputConfig):
         if problem:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _wait_for_pub(self) -> ZmqOutput:
+        if self.wait_subscribers and self.mode != "pub":
+            raise ValueError("wait_subscribers: only for mode pub (a push output already waits for a puller)")
+        return self
 
 
 Output = Annotated[SerializeAsAny[OutputConfig], by_kind(OUTPUTS)]

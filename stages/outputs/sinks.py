@@ -209,10 +209,17 @@ class ZmqSink(Stage):
             config.hwm,
             curve_secret_key=config.curve_secret_key,
             curve_clients_dir=config.curve_clients,
+            wait_subscribers=config.wait_subscribers,
+            wait_timeout_s=config.wait_subscribers_timeout_s,
         )
+        self._streaming: set[str] = set()
+        """Sources whose stream has begun here (a first frame came, no end of stream since)."""
 
     def start(self, ctx: StageContext) -> None:
+        """Bind, then wait for `wait_subscribers` before saying ready: the sources start only once
+        every stage is ready, so no frame is read, let alone sent, before the subscribers are in."""
         self.publisher.open()
+        self.publisher.wait_for_subscribers()
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         header = frame_record(frame)
@@ -232,11 +239,14 @@ class ZmqSink(Stage):
                 for name, value in arrays
             ]
         buffers = [np.ascontiguousarray(value) for _, value in arrays]
-        self.publisher.send(frame.source_id, header, image, arrays=buffers)
+        starts = frame.source_id not in self._streaming
+        self._streaming.add(frame.source_id)
+        self.publisher.send(frame.source_id, header, image, arrays=buffers, starts_stream=starts)
         return ()
 
     def flush(self, source_id: str) -> Iterable[Frame]:
         """Tell subscribers the source ended: `{"v": 2, "source": id, "eos": true}` (the record version)."""
+        self._streaming.discard(source_id)
         self.publisher.send(source_id, {"v": RECORD_VERSION, "source": source_id, "eos": True})
         return ()
 

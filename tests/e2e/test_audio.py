@@ -145,13 +145,31 @@ class Producer(threading.Thread):
                 self.sent += 1
             audio.send_multipart([b'{"eos": true}'])
             video.send_multipart([b'{"eos": true}'])
-            time.sleep(3.0)  # ZeroMQ drops what is queued when a PUSH socket closes early
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
         finally:
-            video.close(linger=2000)
-            audio.close(linger=2000)
+            # ZeroMQ drops what is still queued when a socket closes: linger until the daemon has taken
+            # it all (ctx.term returns as soon as it has), bounded for a daemon that died.
+            video.close(linger=120_000)
+            audio.close(linger=120_000)
             ctx.term()
+
+
+def http_ready(port: int, job: threading.Thread, timeout: float = 120) -> None:
+    """Until the daemon's /readyz says 200: every stage has its worker and the sources their slots,
+    however long the start took under load."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:  # not listening yet, or 503 while starting
+            pass
+        assert time.monotonic() < deadline and job.is_alive(), "the daemon did not become ready"
+        time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -166,7 +184,7 @@ def test_live_frames_and_audio_arriving_separately_stay_in_sync(
     media: Path, template: tuple[list[np.ndarray], Fraction], tmp_path: Path
 ) -> None:
     frames, fps = template
-    video, audio = free_port(), free_port()
+    video, audio, http = free_port(), free_port(), free_port()
     source = (
         f"sources=[{{id: live, uri: 'zmq+tcp://127.0.0.1:{video}', policy: block, "
         f"audio: {{uri: 'zmq+tcp://127.0.0.1:{audio}', missing: {{policy: wait, wait_ms: 3000}}}}}}]"
@@ -177,11 +195,12 @@ def test_live_frames_and_audio_arriving_separately_stay_in_sync(
     job = threading.Thread(
         target=lambda: result.update(done=run_cli(
             "run", "-c", LIPSYNC, "--no-progress", "--set", source,
-            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "live"), timeout=280,
+            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "live"),
+            "--set", "http.enabled=true", "--set", f"http.port={http}", timeout=280,
         ))
     )  # fmt: skip
     job.start()
-    time.sleep(2.0)  # the daemon binds both sockets; a PUSH that connects first would simply wait
+    http_ready(http, job)  # both sockets bound, the pipeline up: the producer's pace is the stream's
     producer.start()
     job.join(290)
     producer.join(10)
@@ -355,7 +374,7 @@ def test_a_template_driven_by_live_audio_comes_out_in_real_time(media: Path, tem
     seconds, base_us = 8.0, 3_000_000
     bursts = bursts_over(seconds, every=2.0)
     samples = tone_bursts(seconds, bursts)
-    port = free_port()
+    port, http = free_port(), free_port()
     source = (
         f"sources=[{{id: avatar, uri: '{VIDEOS / 'carphone_pristine.mp4'}', template: pingpong, "
         f"audio: {{uri: 'zmq+tcp://127.0.0.1:{port}', missing: {{policy: wait, wait_ms: 300}}}}}}]"
@@ -364,14 +383,15 @@ def test_a_template_driven_by_live_audio_comes_out_in_real_time(media: Path, tem
     job = threading.Thread(
         target=lambda: result.update(done=run_cli(
             "run", "-c", LIPSYNC, "--no-progress", "--set", source,
-            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "avatar"), timeout=120,
+            "--set", f"model.path={media / 'generator.onnx'}", "--set", outputs(tmp_path, "avatar"),
+            "--set", "http.enabled=true", "--set", f"http.port={http}", timeout=120,
         ))
     )  # fmt: skip
     job.start()
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.connect(f"tcp://127.0.0.1:{port}")
-    time.sleep(2.0)  # the daemon binds
+    http_ready(http, job)  # the daemon is up: "real time" is measured from here
     started = time.monotonic()
     chunk = RATE // 50
     for n, at in enumerate(range(0, samples.size, chunk)):

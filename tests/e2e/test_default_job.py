@@ -31,6 +31,7 @@ from tests.e2e.helpers import (
     run_cli,
 )
 from tests.support import clips
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -63,14 +64,19 @@ class Collector(threading.Thread):
 
 
 def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
-    """`python run_pipeline.py` with no argument: the shipped clip, faces blurred, out/ filled, and
-    every frame's detections on ZeroMQ."""
-    collector = Collector("tcp://127.0.0.1:5560")
+    """`python run_pipeline.py run`, the shipped config: the shipped clip, faces blurred, out/ filled,
+    and every frame's detections on ZeroMQ. Its zmq port (5560) moves to a free one, and its first
+    frame waits for the collector's subscription (`wait_subscribers`), so that neither another job on
+    this machine nor a slow start can make it fail."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    collector = Collector(endpoint)
     collector.start()
-    time.sleep(0.2)
+    zmq_out = ["--set", f"outputs.2.endpoint={endpoint}", "--set", "outputs.2.wait_subscribers=1",
+               "--set", "outputs.2.wait_subscribers_timeout_s=120"]  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, str(CLI)], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=150
-    )
+        [sys.executable, str(CLI), "run", *zmq_out], cwd=tmp_path, env=env(), capture_output=True, text=True,
+        timeout=170,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert not error_lines(proc.stderr)
     clip = VIDEOS / "carphone_pristine.mp4"
@@ -97,7 +103,7 @@ def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
     assert np.median(sharp_out) < 0.2 * np.median(sharp_in)
     assert np.median(outside) < 6
 
-    collector.done.wait(10)
+    assert collector.done.wait(60)
     headers = [json.loads(p[1]) for p in collector.messages]
     assert [h["seq"] for h in headers if not h.get("eos")] == list(range(120))
     assert headers[-1] == {"v": 2, "source": "carphone", "eos": True, "msg": 120}

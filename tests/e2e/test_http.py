@@ -43,11 +43,19 @@ def test_health_metrics_and_drain_through_the_cli(tmp_path: Path) -> None:
     while get(url + "/healthz")[0] != 200:
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.1)
-    time.sleep(1.0)
-    status, text = get(url + "/metrics")
-    assert status == 200
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    outputs = [s for s in families["framewire_frames"].samples if s.labels["stage"] == "output"]
+
+    def metrics() -> dict[str, Any]:
+        status, text = get(url + "/metrics")
+        assert status == 200
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    def output_frames(families: dict[str, Any]) -> list[Any]:
+        frames = families.get("framewire_frames")
+        return [s for s in frames.samples if s.labels["stage"] == "output"] if frames else []
+
+    wait_until(lambda: any(s.value > 0 for s in output_frames(metrics())), proc)  # however slow the start
+    families = metrics()
+    outputs = output_frames(families)
     assert outputs and outputs[0].labels["source"] == "clip" and outputs[0].value > 0
     providers = [s.labels["provider"] for s in families["framewire_provider_info"].samples]
     assert providers and all(p == "CPUExecutionProvider" for p in providers)

@@ -14,12 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from framewire import Client, EndOfStream, FrameRecord
 from tests.e2e.helpers import CLI, ROOT, VIDEOS, env, face_job, start_cli
-from tests.e2e.test_http import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,24 +53,34 @@ def test_the_readme_has_the_three_examples() -> None:
 
 
 def test_client_example_reads_the_default_job(tmp_path: Path) -> None:
+    """The example, then the job as its comment says to start it: the job's first frame waits for
+    the example's subscription, so it gets every frame from seq 0, whatever the machine's load."""
     port = free_port()
     cwd = workdir(tmp_path, port)
+    code = examples()[0]
+    command = re.search(r"python run_pipeline\.py (run .*)$", code, re.M)
+    assert command is not None and "wait_subscribers=1" in command.group(1)
     script = cwd / "example.py"
-    script.write_text(examples()[0].replace(ENDPOINT, f"tcp://127.0.0.1:{port}"))
+    script.write_text(code.replace(ENDPOINT, f"tcp://127.0.0.1:{port}"))
     reader = subprocess.Popen([sys.executable, str(script)], cwd=cwd, env=env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    # Connected before the daemon starts, as a user would be: its ZeroMQ threads are up, then a moment.
-    deadline = time.monotonic() + 60
-    while psutil.Process(reader.pid).num_threads() < 3:
-        assert time.monotonic() < deadline and reader.poll() is None
-        time.sleep(0.05)
-    time.sleep(0.5)
-    job = subprocess.run([sys.executable, str(CLI), "run", "-c", "configs/default.yaml"], cwd=cwd, env=env(), capture_output=True, text=True, timeout=150)
-    assert job.returncode == 0, job.stderr
-    out, err = reader.communicate(timeout=60)
+    try:
+        # The README's command on the config copy; the wait's bound raised so that no start-up, however
+        # slow, outlasts it (the default 10 s is for people).
+        job = subprocess.run([sys.executable, str(CLI), *command.group(1).split(), "-c", "configs/default.yaml",
+                              "--set", "outputs.2.wait_subscribers_timeout_s=120"],
+                             cwd=cwd, env=env(), capture_output=True, text=True, timeout=200)  # fmt: skip
+        assert job.returncode == 0, job.stderr
+        assert "sending anyway" not in job.stderr  # the wait ended on the subscription, not its bound
+        out, err = reader.communicate(timeout=60)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
     assert reader.returncode == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("carphone 0 ") and lines[119].startswith("carphone 119 ")
+    assert [int(line.split()[1]) for line in lines[:120]] == list(range(120))
+    assert all(line.startswith("carphone ") for line in lines[:120])
     assert lines[120:] == ["carphone ended", "lost: 0"]
 
 
@@ -95,8 +104,9 @@ def test_iterator_example_stops_cleanly(tmp_path: Path) -> None:
 
 def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> None:
     """Big Buck Bunny paced at its 25 fps with large JPEGs on a pub output, and a subscriber that
-    takes a nap after the first frame while the job goes on: it still gets the end of stream (the job
-    outlasts the nap), and every frame it missed is counted, none twice."""
+    stays away after its first frame while 60 more frames go out (the JSONL output, which runs
+    before the zmq one, says when): it still gets the end of stream (the job outlasts the absence),
+    and every frame it missed is counted, none twice."""
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     with Client(endpoint, hwm=4) as client:
@@ -106,7 +116,11 @@ def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> No
             received: list[object] = []
             first = client.receive(timeout=120)
             assert isinstance(first, FrameRecord)
-            time.sleep(2.5)  # busy elsewhere: about 60 frames of 0.3 MB go out meanwhile
+            jsonl = tmp_path / "clip.jsonl"
+            deadline = time.monotonic() + 60
+            while not (jsonl.exists() and jsonl.read_text().count("\n") >= first.seq + 61):
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)  # busy elsewhere while 60 frames of 0.3 MB go out, far over the marks
             for message in client.messages(until_eos=True, timeout=60):
                 received.append(message)
             _, err = proc.communicate(timeout=60)
@@ -119,5 +133,7 @@ def test_a_slow_subscriber_of_the_daemon_counts_its_losses(tmp_path: Path) -> No
     frames = [first, *received[:-1]]
     print(f"slow subscriber of the daemon: {len(frames)} frames received, {client.lost} lost, from seq {first.seq}")
     assert client.lost > 0
-    # The first frame's number starts the count: from it to the end of stream, all are accounted for.
-    assert len(frames) + 1 + client.lost == 132 - first.seq + 1  # type: ignore[attr-defined]
+    # Every message of the stream (132 frames and the end) is here or counted, those before the
+    # first one received included: the stream's numbers start at 0.
+    assert client.missed_at_start == first.seq  # type: ignore[attr-defined]
+    assert len(frames) + 1 + client.lost == 133

@@ -48,6 +48,12 @@ def wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyp
     raise AssertionError("timed out waiting")
 
 
+def written(tmp_path: Path) -> int:
+    """Frames the outputs have written so far (the JSONL is line-buffered)."""
+    jsonl = tmp_path / "clip.jsonl"
+    return jsonl.read_text().count("\n") if jsonl.exists() else 0
+
+
 def realtime_job(tmp_path: Path, frames: int, *extra: str) -> list[str]:
     # Paced at 25 fps, so the job is still running when the test acts on it.
     return face_job(tmp_path, VIDEOS / "bikes.mp4", "--set", "sources.0.realtime=true",
@@ -79,7 +85,7 @@ def test_sigkill_of_a_worker_mid_job_loses_no_frame(
 ) -> None:
     with daemon_of(realtime_job(tmp_path, 150, *layout)) as (proc, daemon):
         wait_for(lambda: all(s in workers(daemon) for s in stages))
-        time.sleep(1.5)  # about 35 frames in
+        wait_for(lambda: written(tmp_path) >= 35)  # mid-job, however slow the start
         os.kill(workers(daemon)[victim], signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -99,7 +105,7 @@ def test_signal_stops_reading_drains_and_closes_outputs(tmp_path: Path, sig: sig
     `kill -TERM -PGID` and Ctrl-C send it: exit 0, and every frame read is in both files."""
     with daemon_of(realtime_job(tmp_path, 250)) as (proc, daemon):
         wait_for(lambda: all(s in workers(daemon) for s in FUSED_STAGES))
-        time.sleep(1.5)
+        wait_for(lambda: written(tmp_path) >= 35)  # the `10 <` below, however slow the start
         started = time.monotonic()
         if group:
             os.killpg(proc.pid, sig)

@@ -4,7 +4,7 @@ reconnects to a restarted publisher, CurveZMQ."""
 from __future__ import annotations
 
 import json
-import time
+import threading
 from pathlib import Path
 
 import cv2
@@ -25,16 +25,24 @@ def frame_header(seq: int) -> dict[str, object]:
     return {**HEADER, "seq": seq, "pts": seq * 1000}
 
 
-def first(client: Client, publisher: Publisher, topic: str = "cam", timeout: float = 20) -> FrameRecord:
-    """Send frame 0 until one arrives: a subscriber that has just connected misses the first sends."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def first(client: Client, publisher: Publisher, topic: str = "cam") -> FrameRecord:
+    """Frame 0, sent by another thread once the client's subscription is in (the publisher's
+    `wait_subscribers`) while the client waits in `receive`, as a user's would: a SUB socket sends
+    its subscriptions again after a reconnect only when its owner calls it."""
+    waited: list[bool] = []
+
+    def send() -> None:
+        waited.append(publisher.wait_for_subscribers())
         publisher.send(topic, frame_header(0))
-        message = client.receive(timeout=0.2)
-        if message is not None:
-            assert isinstance(message, FrameRecord)
-            return message
-    raise AssertionError("no message arrived")
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        message = client.receive(timeout=30)
+    finally:
+        sender.join(60)
+    assert waited == [True] and isinstance(message, FrameRecord)
+    return message
 
 
 def test_records_are_typed() -> None:
@@ -69,19 +77,21 @@ def test_a_slow_subscriber_counts_exactly_what_it_lost(tmp_path: Path) -> None:
     """A PUB socket drops, for that subscriber alone, whatever is over the marks, and says nothing:
     the numbers on each topic tell the subscriber how many it missed."""
     endpoint = f"ipc://{tmp_path}/pub.sock"
-    publisher = Publisher(endpoint, "pub", hwm=5)
+    publisher = Publisher(endpoint, "pub", hwm=5, wait_subscribers=1, wait_timeout_s=60)
     publisher.open()
     try:
         with Client(endpoint, hwm=5) as client:
             assert first(client, publisher).seq == 0
             payload = bytes(256 * 1024)  # large: the socket buffers hold few of them
+            image = {"image": {"format": "jpeg", "bytes": len(payload)}}
             sent = 1
             for seq in range(1, 300):  # while the subscriber is busy elsewhere
-                publisher.send("cam", frame_header(seq), payload)
+                publisher.send("cam", {**frame_header(seq), **image}, payload)
                 sent += 1
             received = 1
             while client.receive(timeout=1.0) is not None:
                 received += 1
+            assert client.bad == 0
             publisher.send("cam", {"v": 2, "source": "cam", "eos": True})  # the end, once it caught up
             sent += 1
             assert isinstance(client.receive(timeout=10), EndOfStream)
@@ -89,7 +99,7 @@ def test_a_slow_subscriber_counts_exactly_what_it_lost(tmp_path: Path) -> None:
             print(f"slow subscriber: sent {sent}, received {received}, lost {client.lost}")
             assert client.lost > 0 and received < sent
             assert received + client.lost == sent  # every message is either here or counted
-            assert client.lost_by_source == {"cam": client.lost}
+            assert client.lost_by_source == {"cam": client.lost} and client.missed_at_start == 0
     finally:
         publisher.close()
 
@@ -98,7 +108,7 @@ def test_reconnects_to_a_restarted_publisher_without_counting_a_loss(tmp_path: P
     endpoint = f"ipc://{tmp_path}/pub.sock"
     with Client(endpoint, reconnect_ms=(20, 200)) as client:  # started before the daemon
         for _ in range(2):
-            publisher = Publisher(endpoint, "pub")
+            publisher = Publisher(endpoint, "pub", wait_subscribers=1, wait_timeout_s=60)
             publisher.open()
             try:
                 assert first(client, publisher).seq == 0
@@ -116,7 +126,8 @@ def test_curve_keys(tmp_path: Path) -> None:
     allowed.mkdir()
     _, known_secret = zmq.auth.create_certificates(allowed, "known")
     endpoint = f"ipc://{tmp_path}/curve.sock"
-    publisher = Publisher(endpoint, "pub", curve_secret_key=str(server_secret), curve_clients_dir=str(allowed))
+    publisher = Publisher(endpoint, "pub", curve_secret_key=str(server_secret), curve_clients_dir=str(allowed),
+                          wait_subscribers=1, wait_timeout_s=60)  # fmt: skip
     publisher.open()
     try:
         with Client(endpoint, server_key=str(server_public), client_key=str(known_secret)) as known:

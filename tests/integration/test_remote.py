@@ -195,7 +195,11 @@ def test_a_killed_remote_worker_loses_no_frame(tmp_path: Path, local_results: li
     second: subprocess.Popen[str] | None = None
     try:
         assert hub_log.wait_for("joined", 30), hub_log.text
-        time.sleep(1.0)  # some 30 frames in
+        jsonl = tmp_path / "out" / "clip.jsonl"
+        deadline = time.monotonic() + 60
+        while not (jsonl.exists() and jsonl.read_text().count("\n") >= 30):  # some 30 frames in
+            assert time.monotonic() < deadline and hub.poll() is None, hub_log.text
+            time.sleep(0.05)
         os.killpg(first.pid, signal.SIGKILL)  # the command and its worker process, mid-job
         second = start_worker(config, port, keys, keys.worker_secret)
         assert hub.wait(45) == 0, hub_log.text

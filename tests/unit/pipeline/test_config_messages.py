@@ -55,6 +55,8 @@ def error_of(text: str = DEFAULT, *overrides: str, environ: dict[str, str] | Non
          "job.yaml: outputs.0.path: unknown placeholder {camera} (use {source_id}, {index}, {start}) (got 'out/{camera}.mp4')"),
         (DEFAULT, ("outputs.1.path=out/{index}.jsonl",),
          "job.yaml: outputs.1.path: only {source_id} is filled in a jsonl path, not {index} (got 'out/{index}.jsonl')"),
+        (DEFAULT, ("outputs.2.mode=push", "outputs.2.wait_subscribers=1"),
+         "job.yaml: outputs.2.wait_subscribers: only for mode pub (a push output already waits for a puller)"),
     ],
 )  # fmt: skip
 def test_messages(text: str, overrides: tuple[str, ...], message: str) -> None:
