@@ -193,10 +193,13 @@ class Client:
 
     Attributes:
         endpoint: the endpoint connected to.
-        lost: messages a pub output sent that this client never got, from the gaps in each
-            source's message numbers.
+        lost: messages a pub output sent that this client never got: the gaps in each source's
+            message numbers, and the messages of a stream before the first this client got.
+        missed_at_start: the part of `lost` before this client's first message of a stream: it
+            connected or subscribed after the stream started (a late joiner counts all it missed).
         lost_by_source: `lost` by source id.
         bad: messages skipped because they did not follow the wire format (each one logged).
+        link: with `watch=True`, what the connection went through (`link.update()`).
     """
 
     def __init__(
@@ -240,20 +243,14 @@ class Client:
         self.endpoint = endpoint
         self.decode_images = decode_images
         self.lost = 0
-        """Messages a pub output sent that this client never got: the gaps in the message numbers,
-        and the messages of a stream before the first this client got (`missed_at_start`)."""
         self.missed_at_start = 0
-        """The part of `lost` that came before this client's first message of a stream: it connected or
-        subscribed after the stream started (a late joiner counts everything it joined after)."""
         self.lost_by_source: dict[str, int] = {}
         self.bad = 0
-        """Messages dropped because they did not follow the wire format (logged)."""
         self._next: dict[str, int] = {}
         self._own_context = context is None
         self._ctx = context or zmq.Context()
         self._sock = self._ctx.socket(zmq.SUB if mode == "sub" else zmq.PULL)
         self.link: LinkWatch | None = None
-        """With `watch`: what the connection went through (`link.update()`), to say why nothing came."""
         try:
             self._configure(mode, topics, server_key, client_key, hwm, reconnect_ms)
             self.link = LinkWatch(self._sock) if watch else None  # before connect: no event missed

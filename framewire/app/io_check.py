@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from framewire.config import Config, JsonlOutput, Output, SourceConfig, ZmqOutput, resolve_path
+from framewire.config import Config, JsonlOutput, Output, SourceConfig, VideoFileOutput, ZmqOutput, resolve_path
 from framewire.media.video_reader import VideoReader
 from framewire.pipeline import paths
 from framewire.pipeline.errors import ConfigError, SourceError
@@ -62,6 +62,8 @@ def check_output(output: Output, key: str, source_ids: Sequence[str]) -> None:
                 raise ConfigError(f"{key}.endpoint: no folder {folder} for {output.endpoint}")
             _writable(folder, folder, f"{key}.endpoint")
         return
+    if not isinstance(output, JsonlOutput | VideoFileOutput):
+        return  # a plug-in's output checks its own destination when it starts
     for source_id in source_ids:
         if isinstance(output, JsonlOutput):
             path = Path(resolve_path(output.path, source_id))
