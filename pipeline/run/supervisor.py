@@ -1,11 +1,11 @@
 """The supervisor: how one job runs, from its plan to its report.
 
-`Supervisor(plan)` builds the job whole before any process starts: it removes pools that killed
-daemons left behind, checks that the addresses the outputs will bind are free, binds the hub
-(pipeline.hub.core.Hub, which runs the frames), its remote listener and the HTTP server
-(pipeline.ops). An address in use fails there, in one line naming it and its config key. `run()`
-then starts the workers, turns the hub until every source is done, drains on SIGINT/SIGTERM or
-`request_stop`, stops everything and returns the `Report`. The metrics watch the hub as its
+`Supervisor(plan)` builds the job whole before any process starts: it checks that the addresses the
+outputs will bind are free, and binds the hub (pipeline.hub.core.Hub, which runs the frames), its
+remote listener and the HTTP server (pipeline.ops). An address in use fails there, in one line that
+names it and its config key. `run()` then removes the pools that killed daemons left behind, starts
+the workers, turns the hub until every source is done, drains on SIGINT/SIGTERM or `request_stop`,
+stops everything and returns the `Report`. The metrics watch the hub as its
 observer (pipeline.ops.telemetry.Telemetry).
 """
 
@@ -45,9 +45,6 @@ class Supervisor:
         self._stops = 0
         self._stop_deadline: float | None = None
         """Set when the first stop request starts the drain."""
-        orphans = sweep_orphans()
-        if orphans:
-            log.warning("removed %d frame pool(s) left in /dev/shm by a daemon that was killed", len(orphans))
         check_free(plan.binds)
         self._ipc_dir = plan.ipc_dir or tempfile.mkdtemp(prefix="framewire-")
         self._owns_ipc_dir = not plan.ipc_dir
@@ -85,6 +82,9 @@ class Supervisor:
         started = time.monotonic()
         old_handlers = _install_signals(self.request_stop)
         try:
+            orphans = sweep_orphans()
+            if orphans:
+                log.warning("removed %d frame pool(s) left in /dev/shm by a daemon that was killed", len(orphans))
             self._spawn_all()
             self._hub.run(each_turn=self._each_turn, each_tick=self._each_tick)
         except JobFailed as exc:
@@ -163,7 +163,7 @@ def check_free(binds: Sequence[tuple[str, str]]) -> None:
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
-                raise JobFailed(f"{key}: cannot bind {endpoint}: {exc.strerror}") from None
+                raise JobFailed(f"{key}: cannot bind {endpoint}: {zmq.strerror(exc.errno)}") from None
             finally:
                 sock.close(linger=0)
     finally:

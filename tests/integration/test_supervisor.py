@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
-from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
+from framewire.pipeline.wire.remote import RemoteSettings
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
@@ -298,3 +301,24 @@ def test_the_workers_of_a_killed_supervisor_remove_its_shared_memory(tmp_path: P
             job.wait()
         for name in _segments(prefix):
             os.unlink(os.path.join("/dev/shm", name))
+
+
+@pytest.mark.parametrize("where", ["outputs.0.endpoint", "http.port", "transport.listen"])
+def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_path: Path, where: str) -> None:
+    """Built whole: the constructor binds (or, for what a worker binds, checks) every address first."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        overrides: dict[str, Any] = {
+            "outputs.0.endpoint": {"binds": (("outputs.0.endpoint", f"tcp://127.0.0.1:{port}"),)},
+            "http.port": {"http": HttpSettings(port=port)},
+            "transport.listen": {"remote": RemoteSettings(listen=f"tcp://127.0.0.1:{port}")},
+        }[where]
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        started = time.monotonic()
+        with pytest.raises(JobFailed, match=f"^{where}: cannot .*127.0.0.1:{port}") as failed:
+            Supervisor(make_plan(tmp_path, {"a": 5}, **overrides))
+        assert time.monotonic() - started < 2.0
+    assert failed.value.exit_code == 1
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
