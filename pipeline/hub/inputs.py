@@ -44,7 +44,7 @@ class SourceRecord:
     info: dict[str, Any] | None = None
     pool: FramePool | None = None
     ring: AudioRing | None = None
-    """The source's audio ring (pipeline.audioring), when its stream asked for one."""
+    """The source's audio ring (wire.audioring), when its stream asked for one."""
     ungranted: list[int] = field(default_factory=list)
     stopping: bool = False
     closed: set[str] = field(default_factory=set)

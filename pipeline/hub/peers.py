@@ -86,7 +86,7 @@ class LocalPeer(Peer):
 
 
 class RemotePeer(Peer):
-    """A worker on another host: its frames carry the slot regions it reads (pipeline.remote)."""
+    """A worker on another host: its frames carry the slot regions it reads (wire.remote)."""
 
     def __init__(
         self,

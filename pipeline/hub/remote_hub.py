@@ -3,7 +3,7 @@
 A remote worker says READY (checked: its stage, credits, the regions it reads and writes) and
 becomes a `RemotePeer` of its stage beside the local ones. Its WORK carries the slot regions it
 reads; its RESULT carries back the regions it wrote, which are checked against the pool's layout
-and copied into the slot before the frame goes on (pipeline.remote). Everything it sends is
+and copied into the slot before the frame goes on (wire.remote). Everything it sends is
 untrusted: a bad message is counted and dropped, never fatal. A worker silent for `timeout_s`, or
 one that says BYE or FATAL, is lost: the frames it held go to other workers. A stage that runs
 only remotely fails the job when it has had no worker for `wait_s`.
@@ -154,7 +154,7 @@ class RemoteHub:
                 self.path.on_failed(peer, key, str(header.get("error", "unknown error")))
         elif kind == msg.CLOSED and peer.stage in self.router.outputs:
             self.path.on_closed(peer, str(header.get("source")))
-        elif kind == msg.EVENT and peer.stage in self.router.outputs:  # checked by pipeline.events
+        elif kind == msg.EVENT and peer.stage in self.router.outputs:  # checked by hub.events
             self.path.on_event(peer, header.get("event"))
         elif kind == msg.BYE:
             self.lose(peer, "it left")

@@ -61,7 +61,7 @@ class FrameState:
 
 
 class Assignee(Protocol):
-    """What routing needs of a worker (pipeline.peers.Peer)."""
+    """What routing needs of a worker (hub.peers.Peer)."""
 
     @property
     def available(self) -> bool: ...
