@@ -351,5 +351,5 @@ def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     except zmq.ZMQError as exc:
         sock.close(linger=0)
         ctx.term()
-        raise JobFailed(f"transport.ipc_dir: the hub cannot bind {endpoint}: {exc.strerror}") from None
+        raise JobFailed(f"transport.ipc_dir: the hub cannot bind {endpoint}: {zmq.strerror(exc.errno or 0)}") from None
     return sock

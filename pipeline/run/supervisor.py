@@ -163,7 +163,7 @@ def check_free(binds: Sequence[tuple[str, str]]) -> None:
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:
-                raise JobFailed(f"{key}: cannot bind {endpoint}: {zmq.strerror(exc.errno)}") from None
+                raise JobFailed(f"{key}: cannot bind {endpoint}: {zmq.strerror(exc.errno or 0)}") from None
             finally:
                 sock.close(linger=0)
     finally:
