@@ -46,13 +46,10 @@ class FrameHeader(NamedTuple):
     def read(cls, header: Mapping[str, Any], source: str) -> FrameHeader:
         """A FRAME's header from the decode worker of `source`, checked; WireError when a field the
         hub needs is missing or mistyped."""
-        seq, slot = header.get("seq"), header.get("slot")
-        if not isinstance(seq, int) or not isinstance(slot, int):
-            raise WireError("a frame needs an int seq and slot")
-        pts, dropped = header.get("pts", 0), header.get("dropped", 0)
-        if not isinstance(pts, int) or not isinstance(dropped, int):
-            raise WireError("a frame's pts and dropped must be ints")
-        return cls(FrameKey(source, seq), slot, pts, _start(header.get("ts"), DECODE), dropped)
+        seq, slot, pts, dropped = header.get("seq"), header.get("slot"), header.get("pts", 0), header.get("dropped", 0)
+        if type(seq) is not int or type(slot) is not int or type(pts) is not int or type(dropped) is not int:
+            raise WireError("a frame needs int seq, slot, pts and dropped")
+        return cls(FrameKey(source, seq), slot, pts, _start(header.get("ts")), dropped)
 
     @property
     def source(self) -> str:
@@ -75,21 +72,24 @@ class ResultHeader(NamedTuple):
     @classmethod
     def read(cls, header: Mapping[str, Any]) -> ResultHeader:
         spans = header.get("ts")
-        return cls(FrameKey.of(header), header.get("stale") is True, spans if isinstance(spans, dict) else NO_SPANS)
+        return cls(FrameKey.of(header), header.get("stale") is True, spans if type(spans) is dict else NO_SPANS)
 
     def span(self, stage: str) -> float | None:
         """Seconds `stage` spent on the frame, or None when it stamped no (valid) span."""
         span = self.spans.get(stage)
-        if isinstance(span, list | tuple) and len(span) == 2:
-            try:
-                return float(span[1]) - float(span[0])
-            except (TypeError, ValueError):
-                return None
+        if not span:
+            return None
+        try:
+            start, end = span
+            return float(end - start)
+        except (TypeError, ValueError):
+            return None
+
+
+def _start(spans: Any) -> float | None:
+    """When decode started the frame: its span's start, if it stamped one."""
+    try:
+        start = spans[DECODE][0]
+    except (KeyError, IndexError, TypeError):
         return None
-
-
-def _start(spans: Any, stage: str) -> float | None:
-    span = spans.get(stage) if isinstance(spans, dict) else None
-    if isinstance(span, list | tuple) and span and isinstance(span[0], int | float) and not isinstance(span[0], bool):
-        return float(span[0])
-    return None
+    return float(start) if type(start) is float or type(start) is int else None
