@@ -109,6 +109,9 @@ class Plan:
     workers and its frames reach it in seq order (pipeline.routing)."""
     remote: RemoteSettings | None = None
     """A tcp:// listener for workers on other hosts (the `worker` command); None: local only."""
+    binds: tuple[tuple[str, str], ...] = ()
+    """(config key, endpoint) of each address a worker will bind (a zmq output's): the supervisor
+    checks them before it starts any, so one in use fails at once, naming its key."""
 
     @property
     def stage_names(self) -> tuple[str, ...]:

@@ -328,6 +328,9 @@ def build_plan(
         ordered=frozenset(name for name, _, factory in middle if factory().ordered),
         restartable=frozenset(name for name, _, _ in middle),
         remote=_remote(config),
+        binds=tuple(
+            (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
+        ),
     )
 
 

@@ -1,8 +1,8 @@
 """Outputs' announcements, on the hub: checked, logged, counted, and handed to every output.
 
 A video_file output that cuts its recording in segments announces each closed one (an EVENT
-message, media.segments.Segment.event). The hub logs it, counts it in the metrics, and passes it to
-every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
+message, media.segments.Segment.event). The hub logs it, tells its observer (the metrics) and passes
+it to every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
 zmq output as a message on the source's topic. An event may come from a worker on another host, so
 it is checked first: a bad one is dropped and counted like any bad message.
 """
@@ -13,30 +13,24 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.plan import Plan
-from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.hub.observer import HubObserver
 from framewire.pipeline.hub.peers import Roster
+from framewire.pipeline.plan import Plan
+from framewire.pipeline.wire import messages as msg
 
 log = logging.getLogger(__name__)
 
 MAX_EVENT_KEYS = 32
 MAX_DELETED = 1000
 
-FAMILIES = (  # declared with the others (pipeline.telemetry)
-    ("framewire_segments_total", "counter", "Video segments closed, per source and output."),
-    ("framewire_segment_bytes_total", "counter", "Bytes of the video segments closed, per source and output."),
-    ("framewire_segments_deleted_total", "counter", "Old video segments deleted by retention, per source and output."),
-)
-
 
 class Events:
     """What the hub does with an EVENT from an output worker."""
 
     def __init__(
-        self, metrics: Metrics, roster: Roster, plan: Plan, sources: Callable[[], Collection[str]]
+        self, observer: HubObserver, roster: Roster, plan: Plan, sources: Callable[[], Collection[str]]
     ) -> None:
-        self.metrics = metrics
+        self.observer = observer
         self.roster = roster
         self.stages = plan.output_names
         """The output stages: who gets the events."""
@@ -48,15 +42,12 @@ class Events:
     def on_event(self, stage: str, event: Any) -> None:
         problem = self._problem(event)
         if problem is not None:
-            self.metrics.inc("framewire_bad_messages_total", reason="event")
+            self.observer.on_bad_message("event")
             log.warning("dropped a bad event from %s: %s", stage, problem)
             return
         source, output = event["source"], event["output"]
         deleted = event.get("deleted") or []
-        self.metrics.inc("framewire_segments_total", source=source, output=output)
-        self.metrics.inc("framewire_segment_bytes_total", event["bytes"], source=source, output=output)
-        if deleted:
-            self.metrics.inc("framewire_segments_deleted_total", len(deleted), source=source, output=output)
+        self.observer.on_segment(source, output, event["bytes"], len(deleted))
         log.info(
             "source %s: segment %s closed (%d frames, %.1f s, %d bytes)%s",
             source, event["path"], event["frames"], event.get("duration_s", 0.0), event["bytes"],

@@ -26,7 +26,8 @@ from framewire.pipeline.wire.framepool import FramePool, PoolLayout, pool_name
 from framewire.pipeline.plan import Plan, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
 from framewire.pipeline.hub.peers import DecodeWorker
-from framewire.pipeline.hub.routing import FrameKey, Router
+from framewire.pipeline.hub.header import FrameHeader, FrameKey
+from framewire.pipeline.hub.routing import Router
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class SourceRecord:
     info: dict[str, Any] | None = None
     pool: FramePool | None = None
     ring: AudioRing | None = None
-    """The source's audio ring (pipeline.audioring), when its stream asked for one."""
+    """The source's audio ring (wire.audioring), when its stream asked for one."""
     ungranted: list[int] = field(default_factory=list)
     stopping: bool = False
     closed: set[str] = field(default_factory=set)
@@ -184,10 +185,13 @@ class Inputs:
         return record
 
     def on_frame(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        """A frame in its slot (its header read once, here: a decode worker speaks for its own source)."""
         record = self.of(worker)
-        record.dropped += int(header.pop("dropped", 0))
+        head = FrameHeader.read(header, record.source_id)
+        record.dropped += head.dropped
+        header.pop("dropped", None)
         header.pop("type", None)
-        self.router.admit(record.source_id, int(header["seq"]), header, dict(tensors))
+        self.router.admit(head, header, dict(tensors))
 
     def on_eos(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
         record = self.of(worker)

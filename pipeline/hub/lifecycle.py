@@ -1,10 +1,10 @@
 """The local worker processes: started, watched, killed when hung, restarted when they die.
 
-`Lifecycle` starts every stage worker and decode worker of this host from a fork server
-(pipeline.forkserver), keeps them by the identity they connect with, and answers for them: which
+`Lifecycle` starts every stage worker and decode worker of this host (with the `start` it is given:
+the runner's fork server, pipeline.worker.forkserver; a fake in tests), keeps them by the identity they connect with, and answers for them: which
 ended (`exited`), which have held a frame past `stall_timeout_s` (`kill_stalled`), and whether a
 dead stage worker may come back (`schedule_restart`: after a backoff that doubles, unless its stage
-keeps dying). What a death means for the frames and sources is the supervisor's business.
+keeps dying). What a death means for the frames and sources is the hub's business (pipeline.hub.core).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.errors import JobFailed
-from framewire.pipeline.worker.forkserver import worker_context
 from framewire.pipeline.worker.hub_link import WorkerSpec
 from framewire.pipeline.plan import Plan, SourcePlan
 from framewire.pipeline.names import DECODE
@@ -31,20 +30,21 @@ RESTART_WINDOW_S = 60.0
 """`max_restarts` counts the deaths of a stage's workers in this window."""
 
 StartProcess = Callable[[Callable[[WorkerSpec], None], WorkerSpec], Any]
-"""Start `target(spec)` in a new process; returns a `multiprocessing.Process`-like object."""
+"""Start `target(spec)` in a new process; returns a `multiprocessing.Process`-like object
+(pipeline.worker.forkserver.starter)."""
 
 
 class Lifecycle:
     """The worker processes of this host."""
 
     def __init__(
-        self, plan: Plan, endpoint: str, send: Send, roster: Roster, start: StartProcess | None = None
+        self, plan: Plan, endpoint: str, send: Send, roster: Roster, start: StartProcess
     ) -> None:
         self.plan = plan
         self.endpoint = endpoint
         self.send = send
         self.roster = roster
-        self._start = start or _forked(plan.preload)
+        self._start = start
         self.processes: dict[bytes, LocalPeer | DecodeWorker] = {}
         self.restarts: dict[str, int] = {}
         """Restarts per stage, for the report."""
@@ -161,17 +161,6 @@ class Lifecycle:
                 log.warning("%s did not stop; killing it", worker.spec.title)
                 worker.process.kill()
                 worker.process.join(2.0)
-
-
-def _forked(preload: tuple[str, ...]) -> StartProcess:
-    context = worker_context(preload)
-
-    def start(target: Callable[[WorkerSpec], None], spec: WorkerSpec) -> Any:
-        process = context.Process(target=target, args=(spec,), name=spec.title, daemon=True)
-        process.start()
-        return process
-
-    return start
 
 
 def exit_text(code: int | None) -> str:

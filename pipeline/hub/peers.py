@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from framewire.pipeline.worker.hub_link import WorkerSpec
-from framewire.pipeline.hub.routing import FrameKey, FrameState
+from framewire.pipeline.hub.header import FrameKey
+from framewire.pipeline.hub.routing import FrameState
 
 Send = Callable[[bytes, dict[str, Any], Mapping[str, np.ndarray] | None], bool]
 """Send `header` and tensors to the peer with this identity on a socket; False if it is not reachable."""
@@ -85,7 +86,7 @@ class LocalPeer(Peer):
 
 
 class RemotePeer(Peer):
-    """A worker on another host: its frames carry the slot regions it reads (pipeline.remote)."""
+    """A worker on another host: its frames carry the slot regions it reads (wire.remote)."""
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 A remote worker says READY (checked: its stage, credits, the regions it reads and writes) and
 becomes a `RemotePeer` of its stage beside the local ones. Its WORK carries the slot regions it
 reads; its RESULT carries back the regions it wrote, which are checked against the pool's layout
-and copied into the slot before the frame goes on (pipeline.remote). Everything it sends is
+and copied into the slot before the frame goes on (wire.remote). Everything it sends is
 untrusted: a bad message is counted and dropped, never fatal. A worker silent for `timeout_s`, or
 one that says BYE or FATAL, is lost: the frames it held go to other workers. A stage that runs
 only remotely fails the job when it has had no worker for `wait_s`.
@@ -19,17 +19,17 @@ from typing import Any, Protocol
 import numpy as np
 import zmq
 
-from framewire.pipeline.wire import curve
-
-from framewire.pipeline.wire import remote
-from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.errors import FramewireError, JobFailed
+from framewire.pipeline.hub.header import FrameKey, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
-from framewire.pipeline.plan import Plan
-from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.hub.observer import HubObserver
 from framewire.pipeline.hub.peers import Peer, RemotePeer, Roster, peer_name
-from framewire.pipeline.hub.routing import FrameKey, FrameState, Router
+from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.plan import Plan
+from framewire.pipeline.wire import curve, remote
+from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.messages import bad_message_reason
+from framewire.pipeline.wire.remote import RemoteSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ REMOTE_INDEX_BASE = 1000
 
 
 class FramePath(Protocol):
-    """What the hub does with a worker's answers, wherever the worker runs (pipeline.supervisor)."""
+    """What the hub does with a worker's answers, wherever the worker runs (pipeline.hub.core.Hub)."""
 
     def on_ready(self, peer: Peer, header: dict[str, Any]) -> None: ...
 
-    def on_result(self, peer: Peer, key: FrameKey, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None: ...
+    def on_result(self, peer: Peer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None: ...
 
     def on_failed(self, peer: Peer, key: FrameKey, error: str) -> None: ...
 
@@ -57,15 +57,21 @@ class RemoteHub:
     """The listener socket and its peers."""
 
     def __init__(
-        self, plan: Plan, router: Router, inputs: Inputs, roster: Roster, metrics: Metrics, path: FramePath
+        self,
+        settings: RemoteSettings,
+        plan: Plan,
+        router: Router,
+        inputs: Inputs,
+        roster: Roster,
+        observer: HubObserver,
+        path: FramePath,
     ) -> None:
-        assert plan.remote is not None
-        self.settings = plan.remote
+        self.settings = settings
         self.plan = plan
         self.router = router
         self.inputs = inputs
         self.roster = roster
-        self.metrics = metrics
+        self.observer = observer
         self.path = path
         self.peers: dict[bytes, RemotePeer] = {}
         self._joined = 0
@@ -107,7 +113,7 @@ class RemoteHub:
         curve.close(self.ctx, self.sock, self._auth, linger=1000)
 
     def _bad(self, reason: str, who: bytes, error: str) -> None:
-        self.metrics.inc("framewire_bad_messages_total", reason=reason)
+        self.observer.on_bad_message(reason)
         log.warning("dropped a bad message from remote %r: %s", who[:64], error)
 
     def _handle(self, parts: list[Any]) -> None:
@@ -148,7 +154,7 @@ class RemoteHub:
                 self.path.on_failed(peer, key, str(header.get("error", "unknown error")))
         elif kind == msg.CLOSED and peer.stage in self.router.outputs:
             self.path.on_closed(peer, str(header.get("source")))
-        elif kind == msg.EVENT and peer.stage in self.router.outputs:  # checked by pipeline.events
+        elif kind == msg.EVENT and peer.stage in self.router.outputs:  # checked by hub.events
             self.path.on_event(peer, header.get("event"))
         elif kind == msg.BYE:
             self.lose(peer, "it left")
@@ -207,7 +213,7 @@ class RemoteHub:
             for name, array in regions.items():
                 np.copyto(record.pool.view(state.slot, name), array)
             header, tensors = merged, plain
-        self.path.on_result(peer, key, header, tensors)
+        self.path.on_result(peer, ResultHeader.read(header), header, tensors)
 
     def _regions(self, key: FrameKey, state: FrameState, names: frozenset[str]) -> dict[str, np.ndarray]:
         """The slot regions of a frame a remote peer reads (those written by now), as views."""
@@ -241,7 +247,7 @@ class RemoteHub:
         peer.finished = True
         peer.ready = False
         self.roster.remove(peer)
-        self.metrics.inc("framewire_remote_workers_lost_total", stage=peer.stage)
+        self.observer.on_remote_lost(peer.stage)
         if peer.stage in self.router.outputs:
             raise JobFailed(f"remote output {peer.stage} ({peer_name(peer.identity)}) was lost: {why}")
         lost = self.path.requeue(peer)

@@ -20,23 +20,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from framewire.pipeline.hub.header import FrameHeader, FrameKey
+
 log = logging.getLogger(__name__)
-
-
-class FrameKey(NamedTuple):
-    """One frame of one source."""
-
-    source: str
-    seq: int
-
-    @classmethod
-    def of(cls, header: Mapping[str, Any]) -> FrameKey:
-        """The frame a message header names (its `source` and `seq`, checked by the wire codec)."""
-        return cls(str(header.get("source")), int(header.get("seq", -1)))
 
 
 @dataclass(frozen=True)
@@ -52,8 +42,10 @@ QueueItem = FrameKey | EndOfStream
 
 @dataclass
 class FrameState:
-    """A frame in flight: its header and inline tensors as the last stage left them."""
+    """A frame in flight: what the hub knows of it (`head`, fixed), and the header and inline
+    tensors the last stage left it with, passed on to the next one as they are."""
 
+    head: FrameHeader
     header: dict[str, Any]
     tensors: dict[str, np.ndarray]
     stage_pos: int = 0
@@ -65,11 +57,11 @@ class FrameState:
 
     @property
     def slot(self) -> int:
-        return int(self.header.get("slot", -1))
+        return self.head.slot
 
 
 class Assignee(Protocol):
-    """What routing needs of a worker (pipeline.peers.Peer)."""
+    """What routing needs of a worker (hub.peers.Peer)."""
 
     @property
     def available(self) -> bool: ...
@@ -175,14 +167,14 @@ class Router:
 
     # --- a frame's way -------------------------------------------------------------------------
 
-    def admit(self, source: str, seq: int, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> FrameKey:
+    def admit(self, head: FrameHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> FrameKey:
         """A frame decode wrote into a slot: on to the first stage."""
-        flow = self.flows[source]
-        if seq != flow.received:
-            log.warning("source %s: frame seq %s, expected %s", source, seq, flow.received)
-        flow.received = seq + 1
-        key = FrameKey(source, seq)
-        self.frames[key] = FrameState(header, tensors)
+        key = head.key
+        flow = self.flows[key.source]
+        if key.seq != flow.received:
+            log.warning("source %s: frame seq %s, expected %s", key.source, key.seq, flow.received)
+        flow.received = key.seq + 1
+        self.frames[key] = FrameState(head, header, tensors)
         self._advance(key)
         return key
 

@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from framewire.pipeline.hub.metrics import CONTENT_TYPE, Metrics
+from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
 

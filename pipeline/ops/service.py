@@ -16,8 +16,8 @@ from framewire.pipeline.ops.actions import Commands
 from framewire.pipeline.ops.control import ControlServer
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.inputs import Inputs
-from framewire.pipeline.plan import Plan
-from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.plan import HttpSettings, Plan
+from framewire.pipeline.ops.metrics import Metrics
 from framewire.pipeline.hub.peers import Roster
 
 LIVE_WITHIN_S = 5.0
@@ -27,11 +27,11 @@ LIVE_WITHIN_S = 5.0
 class Health:
     """Liveness and readiness, read from the hub's state; cheap and safe from the HTTP threads."""
 
-    def __init__(self, plan: Plan, roster: Roster, stopping: Callable[[], bool]) -> None:
+    def __init__(self, plan: Plan, roster: Roster, inputs: Inputs, stopping: Callable[[], bool]) -> None:
         self.plan = plan
         self.roster = roster
+        self.inputs = inputs
         self.stopping = stopping
-        self.inputs: Inputs | None = None
         self.last_tick = time.monotonic()
 
     def tick(self) -> None:
@@ -53,7 +53,7 @@ class Health:
             return "the hub loop is not turning"
         if self.stopping():
             return "stopping"
-        granting = self.inputs is not None and self.inputs.granting
+        granting = self.inputs.granting
         remote_only = self.plan.remote.remote_only if self.plan.remote is not None else frozenset()
         waiting = [n for n in self.roster.by_stage if (not granting or n in remote_only) and not self.roster.has_ready(n)]
         if waiting:
@@ -67,18 +67,17 @@ class Operations:
     def __init__(
         self,
         plan: Plan,
+        http: HttpSettings,
         metrics: Metrics,
         health: Health,
         inputs: Inputs,
         request_stop: Callable[[], None],
         forget: Callable[[str], None],
     ) -> None:
-        settings = plan.http
-        assert settings is not None
         try:
-            self.server = ControlServer(settings.host, settings.port, settings.token, metrics, health)
+            self.server = ControlServer(http.host, http.port, http.token, metrics, health)
         except OSError as exc:
-            raise JobFailed(f"http: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+            raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         self.commands = Commands(plan, inputs, request_stop, health.stopping, forget)
         self.server.start()
 

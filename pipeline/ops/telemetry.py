@@ -1,8 +1,9 @@
-"""The daemon's metrics: declared once here, counted by the hub as frames move, and the gauges read
-off the hub's state once a tick (queue depths, frames held, pools, sources, workers, frame rates).
-The worker processes' CPU time and memory are read from /proc when a scrape asks for them.
+"""The daemon's metrics: declared once here, counted as the hub tells its observer how frames move
+(`Telemetry` is a pipeline.hub.observer.HubObserver), and the gauges read off the hub's state once a
+tick (queue depths, frames held, pools, sources, workers, frame rates). The worker processes' CPU
+time and memory are read from /proc when a scrape asks for them.
 
-The hub loop is the only writer; the HTTP thread renders (pipeline.metrics, pipeline.control).
+The hub loop is the only writer; the HTTP thread renders (ops.metrics, ops.control).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from collections.abc import Iterator, Mapping
 
 from prometheus_client.metrics_core import Metric
 
-from framewire.pipeline.hub.events import FAMILIES as EVENT_FAMILIES
 from framewire.pipeline.hub.inputs import Inputs
-from framewire.pipeline.hub.metrics import Labels, Metrics
 from framewire.pipeline.hub.peers import Roster
 from framewire.pipeline.hub.routing import Router
+from framewire.pipeline.ops.metrics import Labels, Metrics
 
 FAMILIES = (
     ("framewire_frames_total", "counter", "Frames that finished a stage, per source and stage."),
@@ -50,13 +50,70 @@ FAMILIES = (
     ("framewire_source_up", "gauge", "1 while a source is being read."),
     ("framewire_bad_messages_total", "counter", "Messages dropped because they broke the wire format."),
     ("framewire_provider_info", "gauge", "The execution provider an infer worker uses."),
+    ("framewire_segments_total", "counter", "Video segments closed, per source and output."),
+    ("framewire_segment_bytes_total", "counter", "Bytes of the video segments closed, per source and output."),
+    ("framewire_segments_deleted_total", "counter", "Old video segments deleted by retention, per source and output."),
 )
 
 
 def declare(metrics: Metrics) -> Metrics:
-    for name, kind, text in (*FAMILIES, *EVENT_FAMILIES):
+    for name, kind, text in FAMILIES:
         metrics.declare(name, kind, text)
     return metrics
+
+
+class Telemetry:
+    """The hub's observer that keeps the daemon's metrics: counters and histograms as frames move,
+    gauges once a tick. `process=True` adds the daemon's own process metrics (ops.metrics)."""
+
+    def __init__(self, *, process: bool = False) -> None:
+        self.metrics = declare(Metrics(process=process))
+        self.gauges = Gauges(self.metrics)
+        self.processes = WorkerProcesses()
+        self.metrics.collect_also(self.processes.collect)
+
+    def on_stage_done(self, source: str, stage: str, seconds: float | None) -> None:
+        self.metrics.inc("framewire_frames_total", source=source, stage=stage)
+        if seconds is not None:
+            self.metrics.observe("framewire_stage_latency_seconds", seconds, stage=stage)
+
+    def on_done(self, source: str, latency_s: float | None) -> None:
+        self.metrics.inc("framewire_frames_total", source=source, stage="output")
+        if latency_s is not None:
+            self.metrics.observe("framewire_end_to_end_latency_seconds", latency_s, source=source)
+
+    def on_failed(self, source: str, stage: str) -> None:
+        self.metrics.inc("framewire_failed_frames_total", source=source, stage=stage)
+
+    def on_bad_message(self, reason: str) -> None:
+        self.metrics.inc("framewire_bad_messages_total", reason=reason)
+
+    def on_worker_restarted(self, stage: str) -> None:
+        self.metrics.inc("framewire_worker_restarts_total", stage=stage)
+
+    def on_worker_stalled(self, stage: str) -> None:
+        self.metrics.inc("framewire_worker_stalls_total", stage=stage)
+
+    def on_remote_lost(self, stage: str) -> None:
+        self.metrics.inc("framewire_remote_workers_lost_total", stage=stage)
+
+    def on_provider(self, stage: str, index: int, provider: str) -> None:
+        self.metrics.set("framewire_provider_info", 1, stage=stage, index=index, provider=provider)
+
+    def on_segment(self, source: str, output: str, size: int, deleted: int) -> None:
+        self.metrics.inc("framewire_segments_total", source=source, output=output)
+        self.metrics.inc("framewire_segment_bytes_total", size, source=source, output=output)
+        if deleted:
+            self.metrics.inc("framewire_segments_deleted_total", deleted, source=source, output=output)
+
+    def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
+        self.gauges.update(router, roster, inputs)
+        self.processes.update(pids)
+
+    def forget(self, source_id: str) -> None:
+        """A removed source's metric series go (it keeps its final counts until then)."""
+        self.gauges.forget(source_id)
+        self.metrics.forget("source", source_id)
 
 
 class Gauges:

@@ -152,15 +152,18 @@ def pool_name(owner_pid: int, index: int, source_id: str) -> str:
     return f"{POOL_PREFIX}{owner_pid}-{index}-{source_id}"[:200]
 
 
-def sweep_orphans(shm_dir: str = SHM_DIR) -> list[str]:
-    """Remove pools whose owning supervisor is gone (killed without cleanup); returns their names."""
+def sweep_orphans(shm_dir: str = SHM_DIR, owner_pid: int | None = None) -> list[str]:
+    """Remove the pools (and audio rings, named alike) whose owning supervisor is gone, killed
+    without cleanup: every such one, or only `owner_pid`'s. Returns their names. Safe to run from
+    several processes at once: a segment another one removed first is skipped."""
     removed: list[str] = []
     try:
         names = os.listdir(shm_dir)
     except OSError:
         return removed
+    prefix = POOL_PREFIX if owner_pid is None else f"{POOL_PREFIX}{owner_pid}-"
     for name in names:
-        if not name.startswith(POOL_PREFIX):
+        if not name.startswith(prefix):
             continue
         pid_text = name[len(POOL_PREFIX) :].split("-", 1)[0]
         if not pid_text.isdigit() or _alive(int(pid_text)):

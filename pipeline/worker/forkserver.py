@@ -8,7 +8,7 @@ on two cores instead of one after the other.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 WORKER_SIGNALS = "framewire.pipeline.worker.signals"
@@ -41,3 +41,16 @@ def start_early(preload: Sequence[str]) -> None:
 
     worker_context(preload)
     forkserver.ensure_running()
+
+
+def starter(preload: Sequence[str] = ()) -> Callable[[Callable[[Any], None], Any], Any]:
+    """`start(target, spec)`: runs `target(spec)` in a new worker process (named by `spec.title`)
+    and returns its `multiprocessing.Process`."""
+    context = worker_context(preload)
+
+    def start(target: Callable[[Any], None], spec: Any) -> Any:
+        process = context.Process(target=target, args=(spec,), name=spec.title, daemon=True)
+        process.start()
+        return process
+
+    return start

@@ -23,8 +23,9 @@ import zmq
 from framewire.pipeline import logs
 
 from framewire.pipeline.wire import remote
-from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.plan import SourceOptions
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.wire.framepool import sweep_orphans
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +141,15 @@ class SupervisorWatch:
     """Notices that the supervisor is gone, so an orphaned worker exits instead of waiting forever.
 
     It watches the supervisor's pid, not the parent's: a worker started by a fork server is that
-    server's child, and the server may outlive a supervisor killed without cleanup.
+    server's child, and the server may outlive a supervisor killed without cleanup. The worker that
+    notices first also removes the job's frame pools and audio rings from /dev/shm (`sweep`), which
+    a killed supervisor could not: tens of MB each, otherwise held until the next daemon starts.
     """
 
-    def __init__(self, supervisor_pid: int | None = None) -> None:
+    def __init__(self, supervisor_pid: int | None = None, *, sweep: bool = True) -> None:
         self.pid = supervisor_pid or os.getppid()
+        self.sweep = sweep
+        """Remove the gone supervisor's shared memory (a worker on another host has none of it)."""
         self.stopping = False
         """Set by a remote worker's SIGTERM: it leaves at the next message."""
 
@@ -154,8 +159,15 @@ class SupervisorWatch:
             with open(f"/proc/{self.pid}/stat", "rb") as f:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (FileNotFoundError, ProcessLookupError, IndexError):
-            return True
-        return state in (b"Z", b"X")
+            state = b"X"
+        if state not in (b"Z", b"X"):
+            return False
+        if self.sweep:
+            self.sweep = False
+            removed = sweep_orphans(owner_pid=self.pid)
+            if removed:
+                log.warning("supervisor %d is gone: removed its %d shared-memory segment(s)", self.pid, len(removed))
+        return True
 
     def hear(self, header: dict[str, Any]) -> None:
         """A message came from the hub."""
@@ -167,7 +179,7 @@ class RemoteWatch(SupervisorWatch):
     does not know it (restarted, or it declared this worker lost), and leaves on SIGTERM."""
 
     def __init__(self, conn: HubConnection, ready: dict[str, Any], supervisor_pid: int) -> None:
-        super().__init__(supervisor_pid)
+        super().__init__(supervisor_pid, sweep=False)
         assert conn.monitor is not None
         self.conn = conn
         self.monitor = conn.monitor

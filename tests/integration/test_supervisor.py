@@ -6,6 +6,9 @@ import functools
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,9 @@ from typing import Any
 import psutil
 import pytest
 
-from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
+from framewire.pipeline.wire.remote import RemoteSettings
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
@@ -251,3 +256,69 @@ def test_when_the_worker_of_a_source_dies_the_source_moves_on_in_order(tmp_path:
     assert_complete(tmp_path, "a", 120, ["track"])
     assert all(r["meta"]["track"]["in_order"] for r in records(tmp_path, "a"))
     assert supervisor.metrics.values("framewire_source_moves_total") == {(("stage", "composite"),): 1.0}
+
+
+_KILLED_JOB = """
+import sys
+from pathlib import Path
+from framewire.pipeline.run.supervisor import Supervisor
+from tests.integration.test_supervisor import make_plan
+Supervisor(make_plan(Path(sys.argv[1]), {"a": 5000}, source_kwargs={"a": {"delay_s": 0.01}})).run()
+"""
+
+
+def _segments(prefix: str) -> list[str]:
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(prefix))
+
+
+def test_the_workers_of_a_killed_supervisor_remove_its_shared_memory(tmp_path: Path) -> None:
+    """SIGKILL leaves the supervisor no chance to unlink its frame pool: the worker that notices it
+    is gone does, and every worker exits."""
+    root = Path(__file__).resolve().parents[2]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        job = subprocess.Popen([sys.executable, "-c", _KILLED_JOB, str(tmp_path)], cwd=root,
+                               stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+    prefix = f"framewire-{job.pid}-"
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "a.jsonl").exists():  # frames flow: the pool exists, every worker is up
+            assert job.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.05)
+        assert _segments(prefix)
+        processes = psutil.Process(job.pid).children(recursive=True)  # the fork server and the workers
+        titles = sorted(t for t in (" ".join(p.cmdline()).strip() for p in processes) if t.startswith("framewire: "))
+        assert {"framewire: decode[0]", "framewire: infer[0]", "framewire: output[0]"} <= set(titles), titles
+        job.kill()
+        job.wait()
+        _, alive = psutil.wait_procs(processes, timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+        assert _segments(prefix) == []
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        for name in _segments(prefix):
+            os.unlink(os.path.join("/dev/shm", name))
+
+
+@pytest.mark.parametrize("where", ["outputs.0.endpoint", "http.port", "transport.listen"])
+def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_path: Path, where: str) -> None:
+    """Built whole: the constructor binds (or, for what a worker binds, checks) every address first."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        overrides: dict[str, Any] = {
+            "outputs.0.endpoint": {"binds": (("outputs.0.endpoint", f"tcp://127.0.0.1:{port}"),)},
+            "http.port": {"http": HttpSettings(port=port)},
+            "transport.listen": {"remote": RemoteSettings(listen=f"tcp://127.0.0.1:{port}")},
+        }[where]
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        started = time.monotonic()
+        with pytest.raises(JobFailed, match=f"^{where}: cannot .*127.0.0.1:{port}") as failed:
+            Supervisor(make_plan(tmp_path, {"a": 5}, **overrides))
+        assert time.monotonic() - started < 2.0
+    assert failed.value.exit_code == 1
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before

@@ -63,3 +63,36 @@ def test_sweep_removes_only_pools_of_dead_owners(tmp_path) -> None:  # type: ign
         path.write_bytes(b"x")
     assert sweep_orphans(str(tmp_path)) == [orphan.name]
     assert not orphan.exists() and mine.exists() and other.exists()
+
+
+def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_rings_once() -> None:
+    """What a killed supervisor left in /dev/shm (its pools and audio rings, named after its pid)
+    goes when a worker notices; another dead owner's pools are not that worker's to judge."""
+    import subprocess
+    import sys
+
+    from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+    from framewire.pipeline.wire.framepool import pool_name
+    from framewire.pipeline.worker.hub_link import SupervisorWatch
+
+    def dead_pid() -> int:
+        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        return int(done.stdout)
+
+    gone, other = dead_pid(), dead_pid()
+    tag = uuid.uuid4().hex[:8]
+    pool = FramePool.create(PoolLayout.plan(pool_name(gone, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
+    ring = AudioRing.create(AudioRingLayout(pool_name(gone, 1, f"audio-{tag}"), 16000, 1600))
+    elsewhere = FramePool.create(PoolLayout.plan(pool_name(other, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
+    paths = [FramePool.path_of(pool.layout.name), FramePool.path_of(ring.layout.name)]
+    try:
+        watch, second = SupervisorWatch(gone), SupervisorWatch(gone)
+        assert watch.gone() and second.gone()  # both notice; the second finds nothing left: no error
+        assert not any(os.path.exists(p) for p in paths)
+        assert os.path.exists(FramePool.path_of(elsewhere.layout.name))
+        assert watch.gone() and not watch.sweep  # swept once
+        alive = SupervisorWatch(os.getpid())
+        assert not alive.gone() and alive.sweep
+    finally:
+        for segment in (pool, ring, elsewhere):
+            segment.close()  # the owner's close tolerates a file already removed

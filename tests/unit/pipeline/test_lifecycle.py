@@ -11,7 +11,7 @@ from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.plan import Plan, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle, exit_text
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
-from framewire.pipeline.hub.routing import FrameKey
+from framewire.pipeline.hub.header import FrameKey
 
 pytestmark = pytest.mark.timeout(30)
 

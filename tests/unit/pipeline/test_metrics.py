@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.ops.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -33,9 +33,7 @@ def plan(remote_only: frozenset[str] = frozenset()) -> Plan:
 
 
 def health(p: Plan, roster: _Roster, stopping: bool = False, granting: bool = False) -> Health:
-    h = Health(p, roster, lambda: stopping)
-    h.inputs = SimpleNamespace(granting=granting)  # type: ignore[assignment]
-    return h
+    return Health(p, roster, SimpleNamespace(granting=granting), lambda: stopping)  # type: ignore[arg-type]
 
 
 def test_live_but_not_ready_while_waiting_for_workers() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from framewire.pipeline.hub.routing import EndOfStream, FrameKey, FrameState, Router
+from framewire.pipeline.hub.header import FrameHeader, FrameKey
+from framewire.pipeline.hub.routing import EndOfStream, FrameState, Router
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -66,7 +67,7 @@ class Hub:
 
     def admit(self, source: str, seqs: range | list[int]) -> None:
         for seq in seqs:
-            self.router.admit(source, seq, {"slot": seq}, {})
+            self.router.admit(FrameHeader(FrameKey(source, seq), seq, seq, None, 0), {"slot": seq}, {})
 
     def finish(self, worker: Worker, stage: str, key: FrameKey) -> None:
         """The worker answers RESULT for `key` at `stage`."""

@@ -1,0 +1,355 @@
+"""The hub: one job's loop, its dispatch and each frame's path, given its workers and an observer.
+
+It is the ZeroMQ guide's load-balancing broker. Every worker connects a DEALER to one ROUTER here
+and asks for work by announcing credits; the hub sends a worker a frame only when it has a credit,
+remembers which frames each worker holds, and when a worker dies hands those frames to the next
+worker of the same stage after restarting it. Frames stay in the shared-memory pool: a message
+carries a slot index, small tensors and the frame's header.
+
+The rooms around it, in this package: routing (which worker gets a frame next, each source's order
+and end of stream), inputs (the sources, their decode workers, pools and slots), lifecycle (the
+worker processes, watched and restarted), remote_hub (workers on other hosts), events (the outputs'
+announcements), header (what the hub reads of a message). What it counts goes to a `HubObserver`
+(the metrics); how a job is started, stopped, drained and reported is pipeline.run's business.
+docs/architecture.md draws a frame's path through them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import zmq
+
+from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.hub.events import Events
+from framewire.pipeline.hub.header import FrameKey, ResultHeader
+from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
+from framewire.pipeline.hub.observer import HubObserver
+from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Peer, RemotePeer, Roster
+from framewire.pipeline.hub.remote_hub import RemoteHub
+from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.plan import Plan, Report
+from framewire.pipeline.wire import messages as msg
+
+log = logging.getLogger(__name__)
+
+TICK_MS = 50
+Progress = Callable[[int, int | None], None]
+"""Called with the frames done so far and the job's total, when every source says it."""
+
+
+class Hub:
+    """One job's hub, built whole: its ROUTER bound, its remote listener open, no worker started
+    yet (the runner starts them: `lifecycle`, `inputs`). Raises JobFailed when it cannot listen."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        endpoint: str,
+        observer: HubObserver,
+        report: Report,
+        *,
+        start: StartProcess,
+        stopping: Callable[[], bool],
+        progress: Progress | None = None,
+    ) -> None:
+        """`report` gathers the counts of sources that retire while the job runs; `stopping()` says
+        whether a stop was asked for (a `keep_running` job ends only then)."""
+        self.plan = plan
+        self.endpoint = endpoint
+        self.observer = observer
+        self.report = report
+        self.stopping = stopping
+        self.progress = progress
+        self.done_total = 0
+        self.ctx = zmq.Context()
+        self.sock = _router(self.ctx, endpoint)
+        self.roster = Roster({name: [] for name in plan.stage_names + plan.output_names})
+        self.router = Router(plan.stage_names, plan.output_names, ordered=plan.ordered, on_done=self._frame_done)
+        self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
+        self.inputs = Inputs(plan, self.router, self.lifecycle)
+        self.events = Events(observer, self.roster, plan, self.known_sources)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+        self.remote: RemoteHub | None = None
+        """The tcp:// listener for workers on other hosts; None: local workers only."""
+        if plan.remote is not None:
+            try:
+                self.remote = RemoteHub(plan.remote, plan, self.router, self.inputs, self.roster, observer, self)
+            except BaseException:
+                self.sock.close(linger=0)
+                self.ctx.term()
+                raise
+            self.poller.register(self.remote.sock, zmq.POLLIN)
+        self._next_tick = 0.0
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self, each_turn: Callable[[], None], each_tick: Callable[[], None]) -> None:
+        """Turn until every source is done; JobFailed when the job cannot go on. `each_turn` and
+        `each_tick` are the runner's (its stop and drain; the operator's commands)."""
+        while not self.all_done():
+            each_turn()
+            if self.turn():
+                each_tick()
+
+    def turn(self) -> bool:
+        """Wait for messages up to a tick, take them, hand out work; True when it was time for the
+        tick's checks too (deaths, hangs, restarts, retired sources, the observer's gauges)."""
+        events = dict(self.poller.poll(TICK_MS))
+        if self.sock in events:
+            self.receive_all()
+        if self.remote is not None and self.remote.sock in events:
+            self.remote.receive_all()
+        # Once a tick, not once a message: asking every process whether it lives costs a system
+        # call each, which at hundreds of frames a second was a fifth of the hub's time.
+        now = time.monotonic()
+        ticked = now >= self._next_tick
+        if ticked:
+            self._next_tick = now + TICK_MS / 1000.0
+            self._tick(now)
+        self.router.dispatch(self.roster.of, self._send_work, self._send_end, time.monotonic())
+        return ticked
+
+    def all_done(self) -> bool:
+        """Every source ended and every output closed it (a `keep_running` job: and a stop was asked)."""
+        if self.plan.http is not None and self.plan.http.keep_running and not self.stopping():
+            return False
+        return all(self.inputs.finished(record) for record in self.inputs.sources.values())
+
+    def _tick(self, now: float) -> None:
+        for peer in self.lifecycle.kill_stalled(now):
+            self.observer.on_worker_stalled(peer.stage)
+        self._check_workers()
+        if self.remote is not None:
+            self.remote.check(now, self.all_done())
+        self.lifecycle.restart_due(now)
+        self.inputs.retire_finished(self.report, self._drop_pool)
+        pids = {w.spec.title.removeprefix("framewire: "): w.process.pid for w in self.lifecycle.processes.values()}
+        self.observer.on_tick(self.router, self.roster, self.inputs, pids)
+
+    def receive_all(self) -> None:
+        for _ in range(1000):
+            try:
+                parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._handle(parts)
+
+    def _handle(self, parts: list[Any]) -> None:
+        """A message from a local worker: a decode worker's to the inputs, a stage worker's here."""
+        identity = parts[0].bytes
+        try:
+            header, tensors = msg.decode(parts[1:])
+            worker = self.lifecycle.get(identity)
+            if worker is None:
+                self.observer.on_bad_message("unknown_peer")
+                log.debug("message from an unknown or retired worker %r", identity)
+            elif isinstance(worker, DecodeWorker):
+                self._from_decode(worker, header, tensors)
+            else:
+                self._from_stage(worker, header["type"], header, tensors)
+        except msg.WireError as exc:
+            self.observer.on_bad_message(msg.bad_message_reason(str(exc)))
+            log.warning("dropped a bad message from %r: %s", identity, exc)
+
+    def _from_decode(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        opened = self.inputs.handle(worker, header["type"], header, tensors)
+        if opened is not None:  # an output learns a stream before its frames
+            for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
+                peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
+
+    def _from_stage(self, peer: LocalPeer, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        if kind == msg.READY:
+            self.on_ready(peer, header)
+        elif kind == msg.RESULT:
+            self.on_result(peer, ResultHeader.read(header), header, tensors)
+        elif kind == msg.FAILED:
+            self.on_failed(peer, FrameKey.of(header), str(header.get("error", "unknown error")))
+        elif kind == msg.FATAL:
+            peer.finished = True
+            raise JobFailed(str(header.get("error", f"{peer.spec.title} failed")), int(header.get("exit", 1)))
+        elif kind == msg.CLOSED:
+            self.on_closed(peer, str(header.get("source")))
+        elif kind == msg.EVENT and peer.stage in self.router.outputs:
+            self.on_event(peer, header.get("event"))
+        else:
+            log.warning("unexpected %s message from %s", kind, peer.spec.title)
+
+    # --- a stage worker's answers, local or remote (remote_hub.FramePath) ---------------------
+
+    def on_ready(self, peer: Peer, header: dict[str, Any]) -> None:
+        writes = None if isinstance(peer, RemotePeer) else frozenset(header.get("writes") or ())
+        peer.announce(int(header.get("credits", 1)), writes)
+        provider = header.get("provider")
+        if isinstance(provider, str):
+            self.observer.on_provider(peer.stage, peer.index, provider)
+        if peer.stage in self.plan.output_names:  # an output learns the streams before their frames
+            for record in self.inputs.sources.values():
+                if record.info is not None:
+                    peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
+        self._grant_when_ready()
+
+    def on_result(self, peer: Peer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        key = result.key
+        peer.give_back(key)
+        if key not in self.router.frames:
+            return
+        if peer.stage in self.router.outputs:
+            self.router.written(key)
+            return
+        if self.router.at(key, peer.stage) is None:
+            log.debug("late duplicate result for %s at %s", key, peer.stage)
+            return
+        if result.stale:  # past its max_staleness_ms before inference (pipeline.worker.stage)
+            self.inputs.drop_stale(key)
+            return
+        header.pop("type", None)
+        header.pop("stage", None)
+        for stage in self.plan.members.get(peer.stage, (peer.stage,)):
+            self.observer.on_stage_done(key.source, stage, result.span(stage))
+        self.router.done(key, peer.stage, header, dict(tensors), peer.writes)
+
+    def on_failed(self, peer: Peer, key: FrameKey, error: str) -> None:
+        peer.give_back(key)
+        if key not in self.router.frames:
+            return
+        if peer.stage in self.router.outputs:
+            raise JobFailed(f"output {peer.stage} failed on source {key.source} frame {key.seq}: {error}")
+        if self.router.at(key, peer.stage) is None:
+            return
+        if not self.plan.skip_failed_frames:
+            raise JobFailed(f"{peer.stage} failed on source {key.source} frame {key.seq}: {error}")
+        self.inputs.sources[key.source].failed += 1
+        self.observer.on_failed(key.source, peer.stage)
+        self.router.fail(key, peer.stage, error)
+
+    def on_closed(self, peer: Peer, source: str) -> None:
+        """An output closed a source's files (a stage that keeps per-source state let go of it)."""
+        record = self.inputs.sources.get(source)
+        if record is not None and peer.stage in self.router.outputs:
+            record.closed.add(peer.stage)
+
+    def on_event(self, peer: Peer, event: Any) -> None:
+        """An output's announcement: logged, counted, and passed to every output (hub.events)."""
+        self.events.on_event(peer.stage, event)
+
+    def requeue(self, peer: Peer) -> list[FrameKey]:
+        """The frames a dead or lost worker held go to the next worker of its stage."""
+        return self.router.requeue(peer.stage, peer)
+
+    def _frame_done(self, key: FrameKey, state: FrameState) -> None:
+        """Every output wrote the frame: count it, and its slot goes back to its source."""
+        record = self.inputs.sources[key.source]
+        record.done_frames += 1
+        decoded_at = state.head.decoded_at
+        latency = time.time() - decoded_at if decoded_at is not None else None
+        self.observer.on_done(key.source, latency)
+        if latency is not None:
+            record.output_late(key.seq, latency * 1000.0)
+        record.give_slot(state.slot)
+        self.done_total += 1
+        if self.progress is not None:
+            self.progress(self.done_total, self.inputs.expected_total(sum(self.report.frames.values())))
+
+    def _grant_when_ready(self) -> None:
+        """Sources get their slots once every stage has a worker up: frames then never wait on a
+        process start, and a zmq output has bound its socket before the first frame."""
+        if not self.inputs.granting and all(self.roster.has_ready(n) for n in self.roster.by_stage):
+            self.inputs.start_granting()
+
+    def known_sources(self) -> set[str]:
+        return set(self.inputs.sources) | set(self.inputs.ended)
+
+    # --- sending -------------------------------------------------------------------------------
+
+    def _send(self, identity: bytes, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
+        """To a local worker; False when it is not connected (yet, or any more: its death is handled)."""
+        try:
+            msg.send(self.sock, msg.encode(header, dict(tensors or {})), prefix=(identity,))
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                return False
+            raise
+
+    @staticmethod
+    def _send_work(peer: Any, key: FrameKey, state: FrameState) -> bool:
+        header = dict(state.header)
+        header["type"] = msg.WORK
+        return bool(peer.send(header, peer.work(key, state)))
+
+    @staticmethod
+    def _send_end(peer: Any, source: str) -> None:
+        peer.send({"type": msg.EOS, "source": source})
+
+    def _drop_pool(self, source: str, pool: str) -> None:
+        """A retired source's pool: every local worker unmaps it."""
+        for peer in self.roster.all():
+            if isinstance(peer, LocalPeer) and peer.ready:
+                peer.send({"type": msg.POOL, "source": source, "drop": pool})
+
+    # --- deaths --------------------------------------------------------------------------------
+
+    def _check_workers(self) -> None:
+        for worker in self.lifecycle.exited():
+            self.receive_all()  # what it sent before it ended counts
+            if not self.lifecycle.forget(worker) or worker.finished:
+                continue
+            if isinstance(worker, DecodeWorker):
+                self.inputs.on_death(worker, exit_text(worker.process.exitcode))
+                continue
+            how = worker.stalled or exit_text(worker.process.exitcode)
+            delay = self.lifecycle.schedule_restart(worker, how)
+            self.observer.on_worker_restarted(worker.stage)
+            lost = self.requeue(worker)
+            log.warning(
+                "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
+                worker.spec.title, how, delay, len(lost),
+            )
+
+    # --- the end -------------------------------------------------------------------------------
+
+    def stop_sources(self) -> None:
+        """Every source stops reading; what is in flight goes on to the outputs."""
+        for record in self.inputs.sources.values():
+            self.inputs.stop(record)
+
+    def close(self) -> None:
+        """Stop the workers (bounded), unlink the pools, close the sockets."""
+        self.lifecycle.stop_all()
+        if self.remote is not None:
+            self.remote.stop_all()
+        self.inputs.close_pools()
+        self.sock.close(linger=0)
+        self.ctx.term()
+        if self.remote is not None:
+            self.remote.close()
+
+    def fold_into(self, report: Report) -> None:
+        """The sources still listed and the restarts, into the job's report."""
+        for record in self.inputs.sources.values():
+            record.fold_into(report)
+        report.restarts = dict(self.lifecycle.restarts)
+
+
+def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+    """The hub's ROUTER, bound: a send to a peer that is not connected fails (EHOSTUNREACH) instead of
+    vanishing, and no high-water mark drops (credits bound what is in flight)."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        sock.close(linger=0)
+        ctx.term()
+        raise JobFailed(f"transport.ipc_dir: the hub cannot bind {endpoint}: {zmq.strerror(exc.errno or 0)}") from None
+    return sock

@@ -1,0 +1,140 @@
+"""The hub on its own (pipeline.hub.core): a real ROUTER, the test's DEALERs as its workers, no
+process started (a fake `start`), and a recording observer instead of the metrics."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+
+from framewire.pipeline.hub.core import Hub
+from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.wire import messages as msg
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Process:
+    """What the hub's lifecycle sees of a worker it started: alive until the test says."""
+
+    pid = 4242
+    exitcode: int | None = None
+
+    def is_alive(self) -> bool:
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        return None
+
+    def kill(self) -> None:
+        return None
+
+
+class Recorder:
+    """A HubObserver that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return lambda *args: self.calls.append((name, *args))
+
+    def of(self, name: str) -> list[tuple[Any, ...]]:
+        return [call[1:] for call in self.calls if call[0] == name]
+
+
+def unused() -> Any:
+    raise AssertionError("no process runs in these tests")
+
+
+@pytest.fixture()
+def hub(tmp_path: Path) -> Iterator[tuple[Hub, Recorder, dict[str, zmq.Socket]]]:
+    plan = Plan(middle=(("infer", 1, unused),), outputs=(("out", unused),),
+                sources=(SourcePlan("cam", functools.partial(unused)),),
+                slot_layout=lambda source, info: {"image": ((4, 4, 3), "uint8")})  # fmt: skip
+    observer = Recorder()
+    hub = Hub(plan, f"ipc://{tmp_path}/hub.sock", observer, Report(), start=lambda target, spec: Process(),
+              stopping=lambda: False)  # fmt: skip
+    hub.lifecycle.start_stage("infer", 0, unused)
+    hub.lifecycle.start_stage("out", 0, unused, label="output[0]")
+    hub.inputs.add(plan.sources[0])
+    ctx = zmq.Context()
+    workers = {}
+    for name in ("infer.0.0", "out.0.0", "decode.0.0"):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, name.encode())
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(hub.endpoint)
+        workers[name.split(".")[0]] = sock
+    try:
+        yield hub, observer, workers
+    finally:
+        for sock in workers.values():
+            sock.close(linger=0)
+        ctx.term()
+        hub.close()
+
+
+def send(sock: zmq.Socket, header: Mapping[str, Any]) -> None:
+    sock.send_multipart(msg.encode(header))
+
+
+def until(hub: Hub, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline, "the hub did not get there"
+        hub.turn()
+
+
+def received(sock: zmq.Socket, kind: str, hub: Hub) -> dict[str, Any]:
+    """The next message of `kind` to this worker (turning the hub meanwhile)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        hub.turn()
+        while sock.poll(0):
+            header, _ = msg.decode(sock.recv_multipart())
+            if header["type"] == kind:
+                return header
+    raise AssertionError(f"no {kind}")
+
+
+def test_a_frame_goes_through_and_the_observer_hears_each_step(hub: Any) -> None:
+    hub, observer, w = hub
+    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 2, "provider": "cpu"})
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
+    assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(16))
+    start = time.time() - 0.5
+    send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": 0, "slot": 3, "pts": 0,
+                       "ts": {"decode": [start, start + 0.01]}, "meta": {"k": 1}})  # fmt: skip
+    work = received(w["infer"], msg.WORK, hub)
+    assert (work["source"], work["seq"], work["slot"], work["meta"]) == ("cam", 0, 3, {"k": 1})
+    # A stage that rewrites the slot in its header does not move the frame: the slot is the hub's.
+    send(w["infer"], {**work, "type": msg.RESULT, "stage": "infer", "slot": 9,
+                      "ts": {**work["ts"], "infer": [start + 0.1, start + 0.35]}})  # fmt: skip
+    out = received(w["out"], msg.WORK, hub)
+    send(w["out"], {**out, "type": msg.RESULT, "stage": "out"})
+    assert received(w["decode"], msg.GRANT, hub)["slots"] == [3]
+    assert observer.of("on_provider") == [("infer", 0, "cpu")]
+    [(source, stage, seconds)] = observer.of("on_stage_done")
+    assert (source, stage) == ("cam", "infer") and seconds == pytest.approx(0.25)
+    [(source, latency)] = observer.of("on_done")
+    assert source == "cam" and 0.5 <= latency < 10
+    assert hub.inputs.sources["cam"].done_frames == 1
+
+
+def test_a_frame_the_hub_cannot_read_is_dropped_and_counted(hub: Any) -> None:
+    hub, observer, w = hub
+    send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": 0})  # no slot
+    w["decode"].send_multipart([msgpack.packb({"v": msg.WIRE_VERSION, "type": msg.FRAME, "seq": "0"})])
+    until(hub, lambda: len(observer.of("on_bad_message")) == 2)
+    assert observer.of("on_bad_message") == [("other",), ("other",)]
+    assert not hub.router.frames
