@@ -18,7 +18,7 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, SourceBase, SourceConfig, output_name
+from framewire.config import Config, SourceBase, SourceConfig, ZmqOutput, output_name
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from framewire.pipeline.hub.metrics import Metrics
+from framewire.pipeline.ops.metrics import Metrics
 from framewire.pipeline.ops.control import MAX_BODY, ControlServer
 
 pytestmark = pytest.mark.timeout(60)
