@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.helpers import VIDEOS, face_job, read_jsonl, start_cli
+from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,12 +100,17 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         assert call(url + "/sources", "PUT", {"id": "x"}) == (
             405, {"error": "PUT is not allowed on /sources: it takes GET, HEAD, POST"})  # fmt: skip
         (tmp_path / "notes.mp4").write_text("not a video\n" * 50)
-        assert call(url + "/sources", "POST", {"id": "junk", "uri": str(tmp_path / "notes.mp4")})[0] == 201
+        status, body = call(url + "/sources", "POST", {"id": "notes", "uri": str(tmp_path / "notes.mp4")})
+        assert status == 400 and body["error"].startswith("source.uri: source notes: ") and "notes.mp4" in body["error"]
+        full = clips.make_clip(tmp_path / "full.avi", codec="mpeg4", frames=60, from_clip=VIDEOS / "carphone_pristine.mp4",
+                               width=176, height=144)  # fmt: skip
+        cut = clips.make_truncated_copy(full, tmp_path / "cut.avi", fraction=0.5)  # opens, then fails midway
+        assert call(url + "/sources", "POST", {"id": "junk", "uri": str(cut)})[0] == 201
         states = lambda: {s["id"]: s for s in call(url + "/sources")[1]["sources"]}  # noqa: E731
         wait_until(lambda: {k: s["state"] for k, s in states().items()} == {"clip": "ended", "junk": "failed"}, proc)
         listed = states()
         assert (listed["clip"]["frames"], listed["clip"]["read"], listed["clip"]["error"]) == (120, 120, None)
-        assert "notes.mp4" in listed["junk"]["error"]
+        assert listed["junk"]["error"].startswith("source junk: truncated: decoded ")
         assert (listed["clip"]["online"], listed["junk"]["online"]) == (False, False)
         status, text = get(url + "/metrics?format=text")
         families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -118,7 +124,7 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1 and "framewire: error: " in err and "notes.mp4" in err  # a source failed: exit 1
+    assert proc.returncode == 1 and "framewire: error: " in err and "junk" in err  # a source failed: exit 1
 
 
 def test_live_but_not_ready_while_waiting_for_remote_workers(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ install, the program's folder and the venv's packages for the dependencies, in t
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -31,9 +32,18 @@ USER_PACKAGES = ("app", "pipeline", "sources", "stages", "engines", "media")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel of the checkout's files as a fresh clone has them (tracked, or new and not ignored):
+    setuptools builds through build/lib and keeps what an earlier build left there, such as a module
+    since moved, so the checkout's own build/ would hide a stale file or add one."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file() and not name.startswith(("assets/", "tests/", "docs/", "bench/")):
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
