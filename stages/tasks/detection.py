@@ -7,6 +7,7 @@ model's metadata. Boxes come back in frame pixels as `framewire.stages.detection
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -63,6 +64,15 @@ class DetectionParams(ImageParams):
         "auto: none for end2end, separate and tf_od, class for the others.",
     )
     max_detections: int = Field(300, ge=1, le=100000, description="At most this many detections a frame.")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _known_format(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("auto", *FORMATS):
+            close = difflib.get_close_matches(value, ("auto", *FORMATS), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown format {value!r}{hint}; the formats: auto, {', '.join(FORMATS)}")
+        return value
 
     @field_validator("reg_max")
     @classmethod
@@ -186,7 +196,8 @@ class Detection(Task):
                 found.scores[keep],
                 found.class_ids[keep],
             )
-        nms = p.nms if p.nms != "auto" else ("none" if layout.format in ("end2end", "separate", "tf_od") else "class")
+        in_model = layout.format in ("end2end", "separate", "tf_od")
+        nms = p.nms if p.nms != "auto" else ("none" if in_model else "class")
         if nms == "none":
             order = np.argsort(-found.scores, kind="stable")[: p.max_detections]
         else:

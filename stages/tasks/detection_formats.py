@@ -73,11 +73,11 @@ def find_layout(
     shapes and metadata show. ConfigError (one line, naming each output and its shape) if none fits."""
     auto = named == "auto"
     if named == "gfl" or (auto and heads.looks_gfl(outputs, input_size, strides)):
-        names, classes, reg = heads.gfl_outputs(outputs, input_size, strides, reg_max)
+        names, scores, reg = heads.gfl_outputs(outputs, input_size, strides, reg_max)
         why = "named in the config" if not auto else (
             f"{len(outputs)} outputs: scores and {4 * (reg + 1)} box bins at each stride's cells"
         )
-        return Layout("gfl", names, classes, why, reg)
+        return Layout("gfl", names, scores, why, reg)
     if named == "tf_od" or (auto and heads.tf_od_roles(outputs) is not None):
         names, why = heads.tf_od_outputs(outputs, named == "tf_od")
         return Layout("tf_od", names, None, why)

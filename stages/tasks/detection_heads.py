@@ -41,7 +41,9 @@ def gfl_cells(width: int, height: int, stride: int) -> int:
     return math.ceil(height / stride) * math.ceil(width / stride)
 
 
-def looks_gfl(outputs: Sequence[TensorSpec], input_size: tuple[int, int] | None, strides: Sequence[int]) -> bool:
+def looks_gfl(
+    outputs: Sequence[TensorSpec], input_size: tuple[int, int] | None, strides: Sequence[int]
+) -> bool:
     """Two [B, N, D] outputs per stride, N the stride's cells for the input size: a distribution head."""
     if input_size is None or len(outputs) != 2 * len(strides):
         return False
@@ -80,7 +82,9 @@ def gfl_outputs(
     return tuple(names), classes, reg
 
 
-def _tell_apart(a: TensorSpec, b: TensorSpec, reg_max: int | None, stride: int) -> tuple[TensorSpec, TensorSpec, int]:
+def _tell_apart(
+    a: TensorSpec, b: TensorSpec, reg_max: int | None, stride: int
+) -> tuple[TensorSpec, TensorSpec, int]:
     """(scores, bins, reg_max) of one stride's pair, by the bins' last dim 4 * (reg_max + 1)."""
     def is_bins(spec: TensorSpec) -> bool:
         last = int(spec.shape[2])  # type: ignore[arg-type]
@@ -91,13 +95,17 @@ def _tell_apart(a: TensorSpec, b: TensorSpec, reg_max: int | None, stride: int) 
     which = [s for s in (a, b) if is_bins(s)]
     if len(which) != 1:
         pair = f"{a.name!r} {list(a.shape)} and {b.name!r} {list(b.shape)}"
-        want = f"4 x (model.reg_max + 1) = {4 * (reg_max + 1)}" if reg_max is not None else "set model.reg_max"
+        want = (
+            f"4 x (model.reg_max + 1) = {4 * (reg_max + 1)}" if reg_max is not None else "name model.reg_max"
+        )
         raise ConfigError(
             f"model.format: gfl cannot tell class scores from box bins at stride {stride}: {pair} ({want})"
         )
     bins = which[0]
     scores = b if bins is a else a
-    return scores, bins, int(bins.shape[2]) // 4 - 1  # type: ignore[operator]
+    last = bins.shape[2]
+    assert isinstance(last, int)
+    return scores, bins, last // 4 - 1
 
 
 def tf_od_roles(outputs: Sequence[TensorSpec]) -> dict[str, TensorSpec] | None:
@@ -125,9 +133,9 @@ def tf_od_outputs(outputs: Sequence[TensorSpec], named: bool) -> tuple[tuple[str
             "model.format: tf_od needs boxes [B, K, 4], classes [B, K], scores [B, K] and count [B]; "
             f"the model's outputs are {shapes}"
         )
-    boxes = roles["boxes"]
-    if len(boxes.shape) != 3 or boxes.shape[2] != 4:
-        raise ConfigError(f"model.format: tf_od boxes {boxes.name!r} {list(boxes.shape)} is not [B, K, 4]")
+    box = roles["boxes"]
+    if len(box.shape) != 3 or box.shape[2] != 4:
+        raise ConfigError(f"model.format: tf_od boxes {box.name!r} {list(box.shape)} is not [B, K, 4]")
     return tuple(roles[r].name for r in TF_OD_ROLES), why
 
 
@@ -145,7 +153,8 @@ def decode_gfl(
     the threshold, boxes from the expected bin of each side, clipped to the input."""
     width, height = input_size
     boxes, scores, ids = [], [], []
-    for stride, (score_name, bins_name) in zip(strides, zip(names[::2], names[1::2], strict=True), strict=True):
+    pairs = zip(names[::2], names[1::2], strict=True)
+    for stride, (score_name, bins_name) in zip(strides, pairs, strict=True):
         cls = np.asarray(arrays[score_name], dtype=np.float32)[0]
         cells, classes = np.nonzero(cls >= score_threshold)
         if len(cells) == 0:
@@ -158,7 +167,9 @@ def decode_gfl(
         cols = math.ceil(width / stride)
         cx = (cells % cols + 0.5) * stride
         cy = (cells // cols + 0.5) * stride
-        box = np.stack([cx - distance[:, 0], cy - distance[:, 1], cx + distance[:, 2], cy + distance[:, 3]], 1)
+        box = np.stack(
+            [cx - distance[:, 0], cy - distance[:, 1], cx + distance[:, 2], cy + distance[:, 3]], 1
+        )
         box[:, [0, 2]] = box[:, [0, 2]].clip(0, width)
         box[:, [1, 3]] = box[:, [1, 3]].clip(0, height)
         boxes.append(box)
@@ -170,7 +181,10 @@ def decode_gfl(
 
 
 def decode_tf_od(
-    names: Sequence[str], arrays: Mapping[str, np.ndarray], input_size: tuple[int, int], score_threshold: float
+    names: Sequence[str],
+    arrays: Mapping[str, np.ndarray],
+    input_size: tuple[int, int],
+    score_threshold: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(boxes xyxy in input pixels, scores, class ids) of the first `count` rows above the threshold."""
     boxes, classes, scores, count = (np.asarray(arrays[n]) for n in names)
