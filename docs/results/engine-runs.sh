@@ -18,4 +18,9 @@ done
 .venv/bin/python run_pipeline.py bench engine -c configs/matting.yaml --variants onnxruntime:cpu:fp32,onnxruntime:cpu:int8 \
   --int8-model out/models/u2netp-int8.onnx --batches 1 --frames 4 --warmup 2 --min-iterations 8 --seconds 2 --repeat 3 \
   --threads 1 --max-load 1.0 --max-wait 30 --json docs/results/engine-int8-u2netp-t1.json
+.venv/bin/python run_pipeline.py quantize -c configs/nanodet.yaml --video assets/videos/bikes.mp4 --frames 64 --output out/models/nanodet-int8.onnx
+.venv/bin/python run_pipeline.py bench engine -c configs/nanodet.yaml --video assets/videos/bikes.mp4 --variants onnxruntime:cpu:fp32,onnxruntime:cpu:int8 \
+  --int8-model out/models/nanodet-int8.onnx --batches 1 --repeat 3 --seconds 2 --threads 1 --json docs/results/engine-nanodet-t1.json
+.venv/bin/python run_pipeline.py bench engine -c configs/ssd.yaml --video assets/videos/bikes.mp4 --variants onnxruntime:cpu:fp32 \
+  --batches 1 --repeat 3 --seconds 2 --threads 1 --json docs/results/engine-ssd-t1.json
 echo done

@@ -7,6 +7,7 @@ model's metadata. Boxes come back in frame pixels as `framewire.stages.detection
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,10 +30,20 @@ log = logging.getLogger(__name__)
 class DetectionParams(ImageParams):
     """Keys of `model:` for `task: detection` (besides the preprocessing keys of ImageParams)."""
 
-    format: Literal["auto", "yolov5", "yolov8", "yolox", "end2end", "separate"] = Field(
-        "auto", description="The output format; auto: from the output shapes and the model's metadata."
+    format: Literal["auto", "yolov5", "yolov8", "yolox", "end2end", "separate", "gfl", "tf_od"] = Field(
+        "auto",
+        description="The output format; auto: from the output shapes and the model's metadata. gfl: "
+        "a distribution head per stride (NanoDet, PicoDet); tf_od: TensorFlow object detection "
+        "(normalised y/x boxes, classes, scores, count).",
     )
-    strides: tuple[int, ...] = Field((8, 16, 32), min_length=1, description="yolox: the grid strides.")
+    strides: tuple[int, ...] = Field(
+        (8, 16, 32), min_length=1, description="yolox and gfl: the grid strides."
+    )
+    reg_max: int | Literal["auto"] = Field(
+        "auto",
+        description="gfl: bins of a box side less one (NanoDet-m 10, NanoDet-Plus and PicoDet 7); "
+        "auto: told from the outputs' last dims.",
+    )
     box_format: Literal["xyxy", "cxcywh", "xywh"] = Field(
         "xyxy", description="separate: how the boxes output writes a box."
     )
@@ -50,9 +61,25 @@ class DetectionParams(ImageParams):
     nms: Literal["auto", "class", "agnostic", "none"] = Field(
         "auto",
         description="class: boxes suppress boxes of their class; agnostic: any box; none: the model did it. "
-        "auto: none for end2end and separate, class for the others.",
+        "auto: none for end2end, separate and tf_od, class for the others.",
     )
     max_detections: int = Field(300, ge=1, le=100000, description="At most this many detections a frame.")
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _known_format(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("auto", *FORMATS):
+            close = difflib.get_close_matches(value, ("auto", *FORMATS), n=1, cutoff=0.5)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown format {value!r}{hint}; the formats: auto, {', '.join(FORMATS)}")
+        return value
+
+    @field_validator("reg_max")
+    @classmethod
+    def _bins(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 64:
+            raise ValueError("reg_max must be 1-64 or auto")
+        return value
 
     @field_validator("strides")
     @classmethod
@@ -83,7 +110,12 @@ class Detection(Task):
     def use_model(self, info: ModelInfo) -> None:
         self.image.bind(info)
         self.layout = find_layout(
-            info.outputs, info.metadata, self._fixed_size(), self.params.strides, self.params.format
+            info.outputs,
+            info.metadata,
+            self._fixed_size(),
+            self.params.strides,
+            self.params.format,
+            None if self.params.reg_max == "auto" else self.params.reg_max,
         )
         labels, source = read_labels(self._label_source_param(), info.metadata, "model.labels")
         classes = self.layout.classes
@@ -108,8 +140,15 @@ class Detection(Task):
             f"detection: format {layout.format} ({layout.why}), {classes}, {labels}; "
             f"input {self.image.name!r} "
             f"{p.input_size if p.input_size != 'model' else 'as in the model'}, {p.resize}"
-            f"{' ' + p.pad if p.resize == 'letterbox' else ''}, {p.channels.upper()}, scale {p.scale}"
+            f"{' ' + p.pad if p.resize == 'letterbox' else ''}, {p.channels.upper()}, {self._pixels()}"
         )
+
+    def _pixels(self) -> str:
+        """How pixel values are fed: raw uint8 (NHWC or not), or float with its scale."""
+        layout = "NHWC" if self.image.nhwc else "NCHW"
+        if self.image.dtype == np.uint8:
+            return f"uint8 {layout}, raw 0-255 pixels"
+        return f"float32 {layout}, scale {self.params.scale}"
 
     @property
     def input_name(self) -> str:
@@ -131,7 +170,7 @@ class Detection(Task):
         missing = [name for name in self.output_names if name not in by_name]
         if missing:
             raise ConfigError(f"detection: the model has no output {missing[0]!r}")
-        if layout.format != "separate":
+        if layout.format not in ("separate", "gfl", "tf_od"):
             find_layout([by_name[layout.outputs[0]]], {}, None, self.params.strides, layout.format)
 
     def input_spec(self, frame_width: int, frame_height: int) -> TensorSpec:
@@ -157,7 +196,8 @@ class Detection(Task):
                 found.scores[keep],
                 found.class_ids[keep],
             )
-        nms = p.nms if p.nms != "auto" else ("none" if layout.format in ("end2end", "separate") else "class")
+        in_model = layout.format in ("end2end", "separate", "tf_od")
+        nms = p.nms if p.nms != "auto" else ("none" if in_model else "class")
         if nms == "none":
             order = np.argsort(-found.scores, kind="stable")[: p.max_detections]
         else:

@@ -7,6 +7,7 @@
 | yolox | one [B, N, 5+C], N = grid cells | as yolov5, raw: xy = (xy + grid) * stride, wh = exp(wh) * stride |
 | end2end | one [B, N, 6] | x1, y1, x2, y2, score, class (NMS inside the model) |
 | separate | boxes [B, N, 4], scores [B, N] or [B, N, C], labels [B, N], count [B, 1] | as named |
+| gfl, tf_od | several outputs, by shape | distribution heads and TF object detection: stages.tasks.detection_heads |
 
 A YOLOX export with `decode_in_inference` already decoded its boxes: it is `yolov5` (name it).
 """
@@ -20,8 +21,9 @@ import numpy as np
 
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import Dim, TensorSpec
+from framewire.stages.tasks import detection_heads as heads
 
-FORMATS = ("yolov5", "yolov8", "yolox", "end2end", "separate")
+FORMATS = ("yolov5", "yolov8", "yolox", "end2end", "separate", "gfl", "tf_od")
 ROLES = ("boxes", "scores", "labels", "count")
 """The outputs of the `separate` format, in the order `Layout.outputs` lists them ('' when absent)."""
 _ROLE_WORDS = {
@@ -42,6 +44,8 @@ class Layout:
     outputs: tuple[str, ...]
     classes: int | None
     why: str = ""
+    reg_max: int = 0
+    """gfl: the bins of a box side, less one."""
 
 
 @dataclass
@@ -63,9 +67,20 @@ def find_layout(
     input_size: tuple[int, int] | None,
     strides: Sequence[int],
     named: str,
+    reg_max: int | None = None,
 ) -> Layout:
     """The layout of a detector's outputs: the one `named`, checked, or (named 'auto') the one its
     shapes and metadata show. ConfigError (one line, naming each output and its shape) if none fits."""
+    auto = named == "auto"
+    if named == "gfl" or (auto and heads.looks_gfl(outputs, input_size, strides)):
+        names, scores, reg = heads.gfl_outputs(outputs, input_size, strides, reg_max)
+        why = "named in the config" if not auto else (
+            f"{len(outputs)} outputs: scores and {4 * (reg + 1)} box bins at each stride's cells"
+        )
+        return Layout("gfl", names, scores, why, reg)
+    if named == "tf_od" or (auto and heads.tf_od_roles(outputs) is not None):
+        names, why = heads.tf_od_outputs(outputs, named == "tf_od")
+        return Layout("tf_od", names, None, why)
     if named == "separate" or (named == "auto" and len(outputs) > 1):
         return _separate(outputs, named)
     single = [o for o in outputs if len(o.shape) == 3]
@@ -210,6 +225,10 @@ def decode(
     """The candidates of one frame (batch index 0) above `score_threshold`, boxes in input pixels."""
     if layout.format == "separate":
         return _decode_separate(layout, arrays, score_threshold, box_format)
+    if layout.format == "gfl":
+        return Candidates(*heads.decode_gfl(layout.outputs, arrays, input_size, strides, score_threshold))
+    if layout.format == "tf_od":
+        return Candidates(*heads.decode_tf_od(layout.outputs, arrays, input_size, score_threshold))
     value = np.asarray(arrays[layout.outputs[0]], dtype=np.float32)
     if value.ndim != 3:
         raise ValueError(

@@ -121,6 +121,20 @@ class ImageInput:
         self.fixed: tuple[int, int] | None = None
         """(width, height) fixed in the model file, if they are."""
         self.metadata_size: tuple[int, int] | None = None
+        self.nhwc = False
+        """The input is [N, H, W, 3] (TensorFlow exports), not [N, 3, H, W]."""
+        self.dtype = np.dtype(np.float32)
+        """float32, or uint8: the frame's 0-255 pixels as they are (quantised TFLite exports)."""
+
+    def _check_raw(self, spec: TensorSpec) -> None:
+        """A uint8 input takes raw pixels: a scale, mean or std written in the config cannot apply."""
+        p = self.params
+        given = [k for k in ("scale", "mean", "std") if k in p.model_fields_set]
+        if (p.scale, p.mean, p.std) != ("none", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)) and given:
+            raise ConfigError(
+                f"model.{given[0]}: the model's input {spec.name!r} is uint8 (raw 0-255 pixels): "
+                f"leave out scale, mean and std (or scale: none)"
+            )
 
     def bind(self, info: ModelInfo) -> TensorSpec:
         """Take the input's name and fixed size from the model file; the one image input."""
@@ -131,14 +145,18 @@ class ImageInput:
                 f"{self.task} expects a model with one image input [N, 3, H, W]; this one has: {found}"
             )
         spec = images[0]
-        channels = spec.shape[1]
-        if np.dtype(spec.dtype) != np.float32 or (isinstance(channels, int) and channels != 3):
+        self.nhwc = spec.shape[3] == 3 and spec.shape[1] != 3
+        channels = spec.shape[3] if self.nhwc else spec.shape[1]
+        self.dtype = np.dtype(spec.dtype)
+        if self.dtype not in (np.float32, np.uint8) or (isinstance(channels, int) and channels != 3):
             raise ConfigError(
-                f"{self.task} expects model input {spec.name!r} float32 [N, 3, H, W], "
-                f"found {np.dtype(spec.dtype)} {list(spec.shape)}"
+                f"{self.task} expects model input {spec.name!r} float32 or uint8, [N, 3, H, W] or "
+                f"[N, H, W, 3], found {self.dtype} {list(spec.shape)}"
             )
+        if self.dtype == np.uint8:
+            self._check_raw(spec)
         self.name = spec.name
-        height, width = spec.shape[2], spec.shape[3]
+        height, width = (spec.shape[1], spec.shape[2]) if self.nhwc else (spec.shape[2], spec.shape[3])
         self.fixed = (width, height) if isinstance(width, int) and isinstance(height, int) else None
         self.metadata_size = _imgsz(info.metadata)
         if self.params.input_size == "model" and self.fixed is None and self.metadata_size is None:
@@ -153,7 +171,7 @@ class ImageInput:
         size = self.params.input_size
         if self.fixed is None or size == "model" or size == self.fixed:
             return {}
-        return {self.name: (2, 3)}
+        return {self.name: (1, 2) if self.nhwc else (2, 3)}
 
     def geometry(self, frame_width: int, frame_height: int) -> Geometry:
         width, height = self._size(frame_width, frame_height)
@@ -175,13 +193,17 @@ class ImageInput:
 
     def spec(self, frame_width: int, frame_height: int) -> TensorSpec:
         g = self.geometry(frame_width, frame_height)
-        return TensorSpec(self.name, np.dtype(np.float32), (1, 3, g.height, g.width))
+        shape = (1, g.height, g.width, 3) if self.nhwc else (1, 3, g.height, g.width)
+        return TensorSpec(self.name, self.dtype, shape)
 
     def fill(self, frame: np.ndarray, out: np.ndarray) -> Geometry:
-        """Write the prepared frame into `out` [1, 3, H, W] (or [3, H, W]); return its geometry."""
+        """Write the prepared frame into `out` [1, 3, H, W] or [3, H, W] ([1, H, W, 3] or [H, W, 3]
+        for an NHWC input); return its geometry."""
         frame_height, frame_width = frame.shape[:2]
         g = self.geometry(frame_width, frame_height)
         planes = out[0] if out.ndim == 4 else out
+        if self.nhwc:
+            planes = planes.transpose(2, 0, 1)
         if planes.shape != (3, g.height, g.width):
             raise ValueError(
                 f"{self.task}: input buffer is {out.shape}, expected (1, 3, {g.height}, {g.width})"
@@ -192,6 +214,9 @@ class ImageInput:
         gain, offset = self._affine()
         order = (2, 1, 0) if self.params.channels == "rgb" else (0, 1, 2)
         padded = (g.resized_width, g.resized_height) != (g.width, g.height)
+        if self.dtype == np.uint8:
+            _fill_raw(image, planes, order, g, round(self.params.pad_value) if padded else None)
+            return g
         for plane, source in enumerate(order):
             target = planes[plane]
             if padded:
@@ -223,6 +248,18 @@ class ImageInput:
                 raise ConfigError(f"model.input_size: the model input {self.name!r} has no fixed size")
             return found
         return size
+
+
+def _fill_raw(
+    image: np.ndarray, planes: np.ndarray, order: Sequence[int], g: Geometry, pad: int | None
+) -> None:
+    """The resized frame's 0-255 pixels copied as they are into uint8 planes (no scale, no mean)."""
+    for plane, source in enumerate(order):
+        if pad is not None:
+            planes[plane][...] = pad
+        planes[plane][g.pad_y : g.pad_y + g.resized_height, g.pad_x : g.pad_x + g.resized_width] = image[
+            :, :, source
+        ]
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -21,7 +21,7 @@ def read_labels(
             lines = source.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{key}: cannot read labels file {str(source)!r}: {exc}") from None
-        labels = tuple(line.strip() for line in lines if line.strip())
+        labels = _numbered(lines) or tuple(line.strip() for line in lines if line.strip())
         if not labels:
             raise ConfigError(f"{key}: labels file {str(source)!r} has no labels")
         return labels, f"file {source}"
@@ -29,6 +29,19 @@ def read_labels(
         return tuple(source), "config"
     names = metadata_names(metadata)
     return (names, "model metadata 'names'") if names else (None, "")
+
+
+def _numbered(lines: Sequence[str]) -> tuple[str, ...] | None:
+    """Lines of "id  name" (TensorFlow's coco_labels.txt: ids with gaps) as labels by id, a gap
+    labelled by its id; None unless every non-empty line is one, ids increasing."""
+    pairs = [line.strip().split(maxsplit=1) for line in lines if line.strip()]
+    if not pairs or not all(len(p) == 2 and p[0].isdigit() for p in pairs):
+        return None
+    ids = [int(p[0]) for p in pairs]
+    if ids != sorted(set(ids)):
+        return None
+    names = dict(zip(ids, (p[1].strip() for p in pairs), strict=True))
+    return tuple(names.get(i, str(i)) for i in range(ids[-1] + 1))
 
 
 def metadata_names(metadata: Mapping[str, str]) -> tuple[str, ...] | None:
