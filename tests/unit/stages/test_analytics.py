@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from framewire.config.analytics import SourceAnalyticsConfig
+from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame
 from framewire.stages.analytics import Analytics, SourceAnalytics
 from framewire.stages.tracking import TrackStage, resolve_tracking
@@ -215,3 +216,25 @@ def test_the_end_of_a_source_drops_its_counts() -> None:
     frame.result = {"detections": []}
     (out,) = stage.process(frame)
     assert out.result is not None and "analytics" not in out.result  # a source without lines or zones
+
+
+def test_the_analytics_composite_draws_lines_and_zones_with_their_counts() -> None:
+    from framewire.stages.composite import resolve_composite
+    from framewire.stages.tasks.base import Result
+
+    state = SourceAnalytics(_config(), WIDTH, HEIGHT)
+    person = {"class_id": 0, "label": "person", "track_id": 3}
+    state.update([{**person, "box": [280, 100, 30, 60]}], {3}, 0.0)
+    counted = state.update([{**person, "box": [480, 150, 30, 60]}], {3}, 0.04)
+    assert counted["lines"]["door"]["in"] == {"person": 1}  # walking down the line, it came from the right
+    composite = resolve_composite("analytics", {"line_color": [0, 0, 255], "zone_color": [0, 255, 0], "fill": 0})
+    frame = np.zeros((HEIGHT, WIDTH, 3), dtype=np.uint8)
+    composite.apply(frame, Result(data={"detections": [], "analytics": counted}))
+    assert (frame[200, 320] == (0, 0, 255)).all()  # on the line
+    assert (frame[90, 500] == (0, 255, 0)).all()  # on the zone's top edge, (400, 80)-(600, 100)
+    assert frame[150:250, 100:250].max() == 0  # nowhere near either
+    untouched = np.zeros_like(frame)
+    composite.apply(untouched, Result(data={"detections": []}))
+    assert untouched.max() == 0
+    with pytest.raises(ConfigError, match=r"^composite.0.fill: "):
+        resolve_composite("analytics", {"fill": 2})
