@@ -112,8 +112,8 @@ class Zone:
     polygon: np.ndarray
     mask: np.ndarray
     classes: Collection[str | int] | None
-    inside: dict[int, tuple[float, str]] = field(default_factory=dict)
-    """Track id -> (video time it entered, its class)."""
+    inside: dict[int, tuple[float, str, float]] = field(default_factory=dict)
+    """Track id -> (video time it entered, its class, video time it was last seen in the zone)."""
     entries: Counter[str] = field(default_factory=Counter)
     exits: Counter[str] = field(default_factory=Counter)
     occupancy: Counter[str] = field(default_factory=Counter)
@@ -134,7 +134,7 @@ class Zone:
             "occupancy": dict(self.occupancy),
             "entries": dict(self.entries),
             "exits": dict(self.exits),
-            "dwell_s": {str(t): round(now - since, 3) for t, (since, _) in sorted(self.inside.items())},
+            "dwell_s": {str(t): round(now - since, 3) for t, (since, _, _) in sorted(self.inside.items())},
             "polygon": self.polygon.tolist(),
         }
 
@@ -197,8 +197,10 @@ class SourceAnalytics:
             was = zone.inside.get(track_id)
             if now_in:
                 zone.occupancy[_class_key(d)] += 1
-            if now_in and was is None:
-                zone.inside[track_id] = (now, _class_key(d))
+            if now_in and was is not None:
+                zone.inside[track_id] = (was[0], was[1], now)
+            elif now_in:
+                zone.inside[track_id] = (now, _class_key(d), now)
                 zone.entries[_class_key(d)] += 1
                 events.append(_event("entered", d, zone=zone.name))
             elif not now_in and was is not None:
@@ -206,11 +208,11 @@ class SourceAnalytics:
                 zone.exits[was[1]] += 1
                 events.append(_event("left", d, zone=zone.name, dwell_s=round(now - was[0], 3)))
         for track_id in [t for t in zone.inside if t not in seen and t not in alive]:
-            since, cls = zone.inside.pop(track_id)
+            since, cls, last = zone.inside.pop(track_id)
             zone.exits[cls] += 1
-            events.append(
+            events.append(  # its dwell: until it was last seen in the zone
                 {"event": "left", "zone": zone.name, "track_id": track_id, "label": cls,
-                 "dwell_s": round(now - since, 3), "lost": True}
+                 "dwell_s": round(last - since, 3), "lost": True}
             )  # fmt: skip
         return events
 

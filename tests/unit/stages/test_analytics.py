@@ -188,14 +188,15 @@ def test_a_track_the_tracker_drops_inside_a_zone_has_left() -> None:
     state = SourceAnalytics(_config(), WIDTH, HEIGHT)
     person = {"class_id": 0, "label": "person", "track_id": 9, "box": [480, 150, 30, 60]}
     assert state.update([person], {9}, 1.0)["zones"]["yard"]["occupancy"] == {"person": 1}
-    still = state.update([], {9}, 1.5)  # lost but kept by the tracker: not seen now, not left either
+    state.update([person], {9}, 1.5)
+    still = state.update([], {9}, 2.0)  # lost but kept by the tracker: not seen now, not left either
     assert still["events"] == [] and still["zones"]["yard"]["occupancy"] == {}
-    assert still["zones"]["yard"]["dwell_s"] == {"9": 0.5} and still["zones"]["yard"]["exits"] == {}
-    gone = state.update([], set(), 2.0)
+    assert still["zones"]["yard"]["dwell_s"] == {"9": 1.0} and still["zones"]["yard"]["exits"] == {}
+    gone = state.update([], set(), 3.0)  # dropped: it left, having stayed until it was last seen
     assert gone["events"] == [
-        {"event": "left", "zone": "yard", "track_id": 9, "label": "person", "dwell_s": 1.0, "lost": True}
+        {"event": "left", "zone": "yard", "track_id": 9, "label": "person", "dwell_s": 0.5, "lost": True}
     ]
-    assert gone["zones"]["yard"]["exits"] == {"person": 1}
+    assert gone["zones"]["yard"]["exits"] == {"person": 1} and gone["zones"]["yard"]["dwell_s"] == {}
 
 
 def test_a_line_outside_a_streams_frame_fails_on_its_first_frame() -> None:
