@@ -10,9 +10,9 @@ are supervision's (its LineZone with one anchor, its PolygonZone), so its counts
   side the last time it was within the segment, it crossed: `in` from right to left walking from
   `start` to `end`, `out` the other way;
 - a zone is a polygon filled into a mask (its edges are inside); a track is in it when its anchor,
-  in the box clipped to the zone's bounding box and rounded up, falls on the mask (a box that
-  reaches past the zone's right or bottom edge has its anchor moved in by that clipping, as in
-  supervision). Occupancy counts the tracks of this frame's detections in the zone. A track enters
+  rounded up, falls on the mask. (supervision's PolygonZone first clips the whole box to the zone's
+  bounding box, which moves the anchor of a box reaching past the zone's right or bottom edge into
+  the zone; here the anchor is the box's own, so the reference is fed the anchor points.) Occupancy counts the tracks of this frame's detections in the zone. A track enters
   when it is seen in it and was not in it (or is new), leaves when it is seen out of it or when the
   tracker drops it; a track the detector missed for a few frames keeps its place. Its dwell is video
   time (the frame's `time`) since it entered.
@@ -120,14 +120,11 @@ class Zone:
     """The tracks of this frame's detections in the zone, per class (supervision's current_count)."""
 
     def contains(self, box: Sequence[float], anchor: str) -> bool:
-        """Whether the anchor of the box, clipped to the zone's bounding box (as supervision's
-        PolygonZone clips it) and rounded up, falls on the zone's mask."""
+        """Whether the box's anchor, clipped to the mask and rounded up, falls on the zone's mask:
+        what supervision's PolygonZone answers for that point."""
         right, bottom = self.mask.shape[1] - 1, self.mask.shape[0] - 1
-        x, y, w, h = (float(v) for v in box)
-        x0, x1 = min(max(x, 0.0), right), min(max(x + w, 0.0), right)
-        y0, y1 = min(max(y, 0.0), bottom), min(max(y + h, 0.0), bottom)
-        cx, cy = anchor_of((x0, y0, x1 - x0, y1 - y0), anchor)
-        return bool(self.mask[math.ceil(cy), math.ceil(cx)])
+        x, y = anchor_of(box, anchor)
+        return bool(self.mask[math.ceil(min(max(y, 0.0), bottom)), math.ceil(min(max(x, 0.0), right))])
 
     def state(self, now: float) -> dict[str, Any]:
         return {

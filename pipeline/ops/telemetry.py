@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.metrics_core import Metric
 
 from framewire.pipeline.hub.events import FAMILIES as EVENT_FAMILIES
+from framewire.pipeline.ops.track_counts import FAMILIES as TRACK_FAMILIES
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.metrics import Labels, Metrics
 from framewire.pipeline.hub.peers import Roster
@@ -54,7 +55,7 @@ FAMILIES = (
 
 
 def declare(metrics: Metrics) -> Metrics:
-    for name, kind, text in (*FAMILIES, *EVENT_FAMILIES):
+    for name, kind, text in (*FAMILIES, *EVENT_FAMILIES, *TRACK_FAMILIES):
         metrics.declare(name, kind, text)
     return metrics
 

@@ -30,7 +30,8 @@ import numpy as np
 import zmq
 
 from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.ops import telemetry
+from framewire.pipeline.names import TRACK
+from framewire.pipeline.ops import telemetry, track_counts
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.wire.framepool import sweep_orphans
@@ -282,6 +283,8 @@ class Supervisor:
             span = spans.get(stage)
             if span:
                 self.metrics.observe("framewire_stage_latency_seconds", span[1] - span[0], stage=stage)
+        if TRACK in self.plan.members.get(peer.stage, (peer.stage,)):  # once a frame, in order
+            track_counts.count(self.metrics, key.source, header.get("result"))
         self._router.done(key, peer.stage, header, dict(tensors), peer.writes)
 
     def on_failed(self, peer: Peer, key: FrameKey, error: str) -> None:

@@ -96,8 +96,13 @@ def _config(**extra: Any) -> SourceAnalyticsConfig:
 
 
 def _sv_detections(sv: ModuleType, found: list[dict[str, Any]]) -> Any:
+    """The tracked detections for supervision, each box shrunk to its bottom-centre: the anchor both
+    count on. (PolygonZone clips a whole box to the zone's bounding box before taking its anchor,
+    which moves the anchor of a box that reaches past the zone's right or bottom edge into the zone;
+    framewire takes the box's own anchor, so the reference gets the points.)"""
     tracked = [d for d in found if "track_id" in d]
-    xyxy = np.array([[x, y, x + w, y + h] for x, y, w, h in (d["box"] for d in tracked)], dtype=np.float64)
+    points = [(x + w / 2, y + h) for x, y, w, h in (d["box"] for d in tracked)]
+    xyxy = np.array([[x, y, x, y] for x, y in points], dtype=np.float64)
     return sv.Detections(
         xyxy=xyxy.reshape(-1, 4),
         class_id=np.array([d["class_id"] for d in tracked], dtype=int),
@@ -239,3 +244,31 @@ def test_the_analytics_composite_draws_lines_and_zones_with_their_counts() -> No
     assert untouched.max() == 0
     with pytest.raises(ConfigError, match=r"^composite.0.fill: "):
         resolve_composite("analytics", {"fill": 2})
+
+
+def test_the_hub_counts_events_and_sets_occupancy_in_metrics() -> None:
+    """pipeline.ops.track_counts, fed the results the tracking stage writes: one frame, once."""
+    from framewire.pipeline.hub.metrics import Metrics
+    from framewire.pipeline.ops import telemetry, track_counts
+
+    metrics = telemetry.declare(Metrics())
+    frames = _tracked(_scene(), _config())
+    for frame in frames:
+        track_counts.count(metrics, "cam", frame.result)
+    last = frames[-1].result["analytics"] if frames[-1].result else {}
+    door, yard = last["lines"]["door"], last["zones"]["yard"]
+    for direction in ("in", "out"):
+        for cls, n in door[direction].items():
+            assert metrics.value(
+                "framewire_line_crossings_total", source="cam", line="door", direction=direction, **{"class": cls}
+            ) == n
+    for cls, n in yard["entries"].items():
+        assert metrics.value("framewire_zone_entries_total", source="cam", zone="yard", **{"class": cls}) == n
+    for cls, n in yard["exits"].items():
+        assert metrics.value("framewire_zone_exits_total", source="cam", zone="yard", **{"class": cls}) == n
+    occupancy = {dict(k)["class"]: v for k, v in metrics.values("framewire_zone_occupancy").items()}
+    assert {c: v for c, v in occupancy.items() if v} == yard["occupancy"]
+    text = metrics.render()
+    assert 'framewire_line_crossings_total{class="person",direction="in",line="door",source="cam"}' in text
+    track_counts.count(metrics, "cam", {"detections": []})  # no analytics: nothing
+    track_counts.count(metrics, "cam", {"analytics": {"events": ["bad", {"event": "crossed"}], "zones": []}})
