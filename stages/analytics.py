@@ -146,7 +146,7 @@ class SourceAnalytics:
         self.anchor = config.anchor
         self.width, self.height = width, height
         lines, zones = config.pixels(width, height)
-        by_name = {c.name: c.classes for c in (*config.lines, *config.zones)}
+        by_name = {name: classes for _, _, name, _, classes in config.shapes()}
         self.lines = [Line(name, points[0], points[1], by_name[name]) for name, points in lines.items()]
         self.zones = []
         for name, corners in zones.items():

@@ -279,10 +279,9 @@ def check_cascade(config: Config, task: Task) -> None:
 def check_analytics(config: Config, labels: Sequence[str] | None) -> None:
     """Each line's and zone's classes are the model's; pixel points lie inside each local video's frame."""
     for source_id, spec in config.analytics.items():
-        for kind, items in (("lines", spec.lines), ("zones", spec.zones)):
-            for i, item in enumerate(items):
-                key = f"analytics.{source_id}.{kind}.{i}.classes"
-                class_filter(item.classes, labels, len(labels) if labels else None, key)
+        for kind, i, _, _, classes in spec.shapes():
+            key = f"analytics.{source_id}.{kind}.{i}.classes"
+            class_filter(classes, labels, len(labels) if labels else None, key)
         if spec.normalized:
             continue
         size = _frame_size(next(s for s in config.sources if s.id == source_id))

@@ -72,17 +72,20 @@ class SourceAnalyticsConfig(_Model):
     lines: tuple[LineConfig, ...] = Field(default=(), description="Counting lines.")
     zones: tuple[ZoneConfig, ...] = Field(default=(), description="Polygon zones.")
 
+    def shapes(self) -> list[tuple[str, int, str, tuple[Point, ...], tuple[str | int, ...] | None]]:
+        """Each line and zone as (`lines` or `zones`, its index, name, points as given, classes)."""
+        lines = [("lines", i, x.name, (x.start, x.end), x.classes) for i, x in enumerate(self.lines)]
+        return lines + [("zones", i, x.name, x.polygon, x.classes) for i, x in enumerate(self.zones)]
+
     @model_validator(mode="after")
     def _shapes(self) -> SourceAnalyticsConfig:
         names: set[str] = set()
-        for kind, items in (("lines", self.lines), ("zones", self.zones)):
-            for i, item in enumerate(items):
-                if item.name in names:
-                    raise ValueError(f"{kind}.{i}.name: duplicate name {item.name!r}")
-                names.add(item.name)
-                points = (item.start, item.end) if isinstance(item, LineConfig) else item.polygon
-                if self.normalized and any(not (0.0 <= v <= 1.0) for p in points for v in p):
-                    raise ValueError(f"{kind}.{i}: {item.name!r} has a point outside 0..1 (normalized: true)")
+        for kind, i, name, points, _ in self.shapes():
+            if name in names:
+                raise ValueError(f"{kind}.{i}.name: duplicate name {name!r}")
+            names.add(name)
+            if self.normalized and any(not (0.0 <= v <= 1.0) for p in points for v in p):
+                raise ValueError(f"{kind}.{i}: {name!r} has a point outside 0..1 (normalized: true)")
         if not names:
             raise ValueError("no lines and no zones: give at least one, or leave the source out")
         return self

@@ -33,13 +33,11 @@ def count(metrics: Metrics, source: str, result: Any) -> None:
             continue
         kind, cls = event.get("event"), str(event.get("label", ""))
         if kind == "crossed":
-            metrics.inc(
-                "framewire_line_crossings_total",
-                source=source, line=str(event.get("line")), direction=str(event.get("direction")), **{"class": cls},
-            )  # fmt: skip
+            line, direction = str(event.get("line")), str(event.get("direction"))
+            metrics.inc("framewire_line_crossings_total", 1.0, source=source, line=line, direction=direction, **{"class": cls})
         elif kind in ("entered", "left"):
             name = "framewire_zone_entries_total" if kind == "entered" else "framewire_zone_exits_total"
-            metrics.inc(name, source=source, zone=str(event.get("zone")), **{"class": cls})
+            metrics.inc(name, 1.0, source=source, zone=str(event.get("zone")), **{"class": cls})
     zones = analytics.get("zones")
     if isinstance(zones, Mapping):
         _occupancy(metrics, source, zones)
