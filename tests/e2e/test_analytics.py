@@ -33,10 +33,12 @@ def _metrics(url: str) -> dict[str, Any]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def test_counts_through_the_cli_equal_supervision_and_reach_metrics(tmp_path: Path, sv: Any) -> None:
+@pytest.mark.parametrize("fuse", ["true", "false"])  # tracking inside the infer process, or a process of its own
+def test_counts_through_the_cli_equal_supervision_and_reach_metrics(tmp_path: Path, sv: Any, fuse: str) -> None:
     port = free_port()
     proc = start_cli(*face_job(
         tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", "tracking={}", "--set", ANALYTICS,
+        "--set", f"stages.fuse={fuse}",
         "--set", "composite=[{kind: boxes}, {kind: analytics}]",
         "--set", "http.enabled=true", "--set", f"http.port={port}", "--set", "http.keep_running=true",
     ))  # fmt: skip
