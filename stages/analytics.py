@@ -23,6 +23,7 @@ zone, and the events of this frame (crossed, entered, left).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -33,6 +34,8 @@ import cv2
 import numpy as np
 
 from framewire.config.analytics import SourceAnalyticsConfig
+
+log = logging.getLogger(__name__)
 
 KEY = "analytics"
 """The key of a frame's results (and of a record's `results`) that holds the counts and events."""
@@ -234,7 +237,13 @@ class Analytics:
         if config is None:
             return None
         state = self._sources.get(source_id)
-        if state is None or (state.width, state.height) != (width, height):
+        if state is not None and (state.width, state.height) != (width, height):
+            log.warning(
+                "source %s: the frame size changed from %sx%s to %sx%s: its lines and zones start again",
+                source_id, state.width, state.height, width, height,
+            )  # fmt: skip
+            state = None
+        if state is None:
             state = self._sources[source_id] = SourceAnalytics(config, width, height)
         return state.update(found, alive, now)
 
