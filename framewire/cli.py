@@ -163,7 +163,8 @@ def _describe_models(config: Config, task: Task) -> None:
         every = f", the model on one frame in {interval + 1}" if interval else ""
         print(f"  tracking: {config.tracking.kind}{every}")
     for source_id, spec in config.analytics.items():
-        print(f"  analytics: {source_id}: lines {[x.name for x in spec.lines]}, zones {[x.name for x in spec.zones]}")
+        lines, zones = [x.name for x in spec.lines], [x.name for x in spec.zones]
+        print(f"  analytics: {source_id}: lines {lines}, zones {zones}")
 
 
 def classes_line(labels: Sequence[str], limit: int = 20) -> str:

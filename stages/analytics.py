@@ -12,7 +12,8 @@ are supervision's (its LineZone with one anchor, its PolygonZone), so its counts
 - a zone is a polygon filled into a mask (its edges are inside); a track is in it when its anchor,
   rounded up, falls on the mask. (supervision's PolygonZone first clips the whole box to the zone's
   bounding box, which moves the anchor of a box reaching past the zone's right or bottom edge into
-  the zone; here the anchor is the box's own, so the reference is fed the anchor points.) Occupancy counts the tracks of this frame's detections in the zone. A track enters
+  the zone; here the anchor is the box's own, so the reference is fed the anchor points.)
+  Occupancy counts the tracks of this frame's detections in the zone. A track enters
   when it is seen in it and was not in it (or is new), leaves when it is seen out of it or when the
   tracker drops it; a track the detector missed for a few frames keeps its place. Its dwell is video
   time (the frame's `time`) since it entered.
@@ -159,7 +160,9 @@ class SourceAnalytics:
             cv2.fillPoly(mask, [polygon], color=1)
             self.zones.append(Zone(name, polygon, mask, by_name[name]))
 
-    def update(self, found: Sequence[Mapping[str, Any]], alive: Collection[int], now: float) -> dict[str, Any]:
+    def update(
+        self, found: Sequence[Mapping[str, Any]], alive: Collection[int], now: float
+    ) -> dict[str, Any]:
         """Count this frame's tracked detections; `alive`: the tracks the tracker still keeps (a zone's
         track it dropped has left). The totals and this frame's events."""
         events: list[dict[str, Any]] = []
@@ -229,8 +232,8 @@ class Analytics:
         self._sources: dict[str, SourceAnalytics] = {}
 
     def update(
-        self, source_id: str, width: int, height: int, found: Sequence[Mapping[str, Any]], alive: Collection[int],
-        now: float,
+        self, source_id: str, width: int, height: int, found: Sequence[Mapping[str, Any]],
+        alive: Collection[int], now: float,
     ) -> dict[str, Any] | None:  # fmt: skip
         """This frame's `analytics` result, or None for a source without lines or zones."""
         config = self.configs.get(source_id)

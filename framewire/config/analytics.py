@@ -43,7 +43,8 @@ class ZoneConfig(_Model):
 
     name: str = Field(pattern=NAME, description="What it is called in records, events and metrics.")
     polygon: tuple[Point, ...] = Field(
-        description="Its corners, [[x, y], ...], at least 3: pixels of the source frame, or 0..1 with normalized."
+        description="Its corners, [[x, y], ...], at least 3: pixels of the source frame, or 0..1 with "
+        "normalized."
     )
     classes: tuple[str | int, ...] | None = Field(
         default=None, description="Count only these labels (or class ids) of the model; default: all."
@@ -90,7 +91,9 @@ class SourceAnalyticsConfig(_Model):
             raise ValueError("no lines and no zones: give at least one, or leave the source out")
         return self
 
-    def pixels(self, width: int, height: int) -> tuple[dict[str, tuple[Point, ...]], dict[str, tuple[Point, ...]]]:
+    def pixels(
+        self, width: int, height: int
+    ) -> tuple[dict[str, tuple[Point, ...]], dict[str, tuple[Point, ...]]]:
         """Each line's two points and each zone's corners in pixels of a `width` x `height` frame."""
         sx, sy = (float(width), float(height)) if self.normalized else (1.0, 1.0)
 

@@ -16,10 +16,13 @@ from typing import Any
 from framewire.pipeline.hub.metrics import Metrics
 
 FAMILIES = (  # declared with the others (pipeline.ops.telemetry)
-    ("framewire_line_crossings_total", "counter", "Tracks that crossed a counting line, per source, line, direction and class."),
+    ("framewire_line_crossings_total", "counter",
+     "Tracks that crossed a counting line, per source, line, direction and class."),
     ("framewire_zone_entries_total", "counter", "Tracks that entered a zone, per source, zone and class."),
-    ("framewire_zone_exits_total", "counter", "Tracks that left a zone (or were lost in it), per source, zone and class."),
-    ("framewire_zone_occupancy", "gauge", "Tracks in a zone on the source's latest frame, per source, zone and class."),
+    ("framewire_zone_exits_total", "counter",
+     "Tracks that left a zone (or were lost in it), per source, zone and class."),
+    ("framewire_zone_occupancy", "gauge",
+     "Tracks in a zone on the source's latest frame, per source, zone and class."),
 )  # fmt: skip
 
 
@@ -34,7 +37,8 @@ def count(metrics: Metrics, source: str, result: Any) -> None:
         kind, cls = event.get("event"), str(event.get("label", ""))
         if kind == "crossed":
             line, direction = str(event.get("line")), str(event.get("direction"))
-            metrics.inc("framewire_line_crossings_total", 1.0, source=source, line=line, direction=direction, **{"class": cls})
+            series = {"source": source, "line": line, "direction": direction, "class": cls}
+            metrics.inc("framewire_line_crossings_total", 1.0, **series)
         elif kind in ("entered", "left"):
             name = "framewire_zone_entries_total" if kind == "entered" else "framewire_zone_exits_total"
             metrics.inc(name, 1.0, source=source, zone=str(event.get("zone")), **{"class": cls})
@@ -55,4 +59,5 @@ def _occupancy(metrics: Metrics, source: str, zones: Mapping[str, Any]) -> None:
                 metrics.set("framewire_zone_occupancy", 0.0, **found)
         for cls, n in now.items():
             if isinstance(n, int | float):
-                metrics.set("framewire_zone_occupancy", float(n), source=source, zone=str(zone), **{"class": str(cls)})
+                series = {"source": source, "zone": str(zone), "class": str(cls)}
+                metrics.set("framewire_zone_occupancy", float(n), **series)
