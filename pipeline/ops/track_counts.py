@@ -11,9 +11,17 @@ this reads plain JSON, and a malformed entry is skipped.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from framewire.pipeline.hub.metrics import Metrics
+
+class Metrics(Protocol):
+    """What this needs of the daemon's metrics registry (its Metrics class)."""
+
+    def inc(self, name: str, amount: float = 1.0, **label_values: object) -> None: ...
+
+    def set(self, name: str, value: float, **label_values: object) -> None: ...
+
+    def values(self, name: str) -> Mapping[tuple[tuple[str, str], ...], float]: ...
 
 FAMILIES = (  # declared with the others (pipeline.ops.telemetry)
     ("framewire_line_crossings_total", "counter",
