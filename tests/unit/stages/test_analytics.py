@@ -248,10 +248,9 @@ def test_the_analytics_composite_draws_lines_and_zones_with_their_counts() -> No
 
 def test_the_hub_counts_events_and_sets_occupancy_in_metrics() -> None:
     """pipeline.ops.track_counts, fed the results the tracking stage writes: one frame, once."""
-    from framewire.pipeline.hub.metrics import Metrics
     from framewire.pipeline.ops import telemetry, track_counts
 
-    metrics = telemetry.declare(Metrics())
+    metrics = telemetry.declare(telemetry.Metrics())  # the registry, wherever it lives
     frames = _tracked(_scene(), _config())
     for frame in frames:
         track_counts.count(metrics, "cam", frame.result)
