@@ -162,6 +162,9 @@ def _describe_models(config: Config, task: Task) -> None:
         interval = config.tracking.interval
         every = f", the model on one frame in {interval + 1}" if interval else ""
         print(f"  tracking: {config.tracking.kind}{every}")
+    for source_id, spec in config.analytics.items():
+        lines, zones = [x.name for x in spec.lines], [x.name for x in spec.zones]
+        print(f"  analytics: {source_id}: lines {lines}, zones {zones}")
 
 
 def classes_line(labels: Sequence[str], limit: int = 20) -> str:

@@ -5,6 +5,8 @@ worker of this stage, in seq order, and its end of stream (`flush`) drops that s
 that worker dies, the source moves to another worker and its tracks start again: ids jump, and
 `framewire_source_moves_total` counts it. On a frame the primary model skipped (`tracking.interval`)
 the confirmed tracks' predicted boxes become the frame's detections, marked `predicted: true`.
+With `analytics:`, the source's lines and zones count the tracks here, right after the tracker, in
+the same order and on the same worker (stages.analytics); their counts start again with its tracks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from framewire.pipeline.frame import Frame, Stage
 from framewire.stages import detections
+from framewire.stages.analytics import KEY as ANALYTICS
+from framewire.stages.analytics import Analytics
 from framewire.stages.bytetrack import ByteTracker, TrackerParams
 from framewire.stages.schedule import skipped
 from framewire.stages.tasks import validation_error
@@ -75,8 +79,9 @@ class TrackStage(Stage):
 
     ordered = True
 
-    def __init__(self, params: TrackingParams) -> None:
+    def __init__(self, params: TrackingParams, analytics: Analytics | None = None) -> None:
         self.params = params
+        self.analytics = analytics
         self._trackers: dict[str, ByteTracker] = {}
         self._last: dict[str, dict[int, dict[str, Any]]] = {}
         """Per source, the last detection record of each track (what a predicted box is labelled)."""
@@ -107,6 +112,13 @@ class TrackStage(Stage):
             for track_id in [t for t in last if t not in alive]:
                 del last[track_id]
             result[detections.KEY] = found
+        if self.analytics is not None:
+            alive = {t.track_id for t in tracker.tracked} | {t.track_id for t in tracker.lost}
+            counted = self.analytics.update(
+                frame.source_id, frame.width, frame.height, result[detections.KEY], alive, frame.time_s
+            )
+            if counted is not None:
+                result[ANALYTICS] = counted
         frame.result = result
         yield frame
 
@@ -137,7 +149,9 @@ class TrackStage(Stage):
         )
 
     def flush(self, source_id: str) -> Iterable[Frame]:
-        """The source ended: its tracks go."""
+        """The source ended: its tracks (and counts) go."""
         self._trackers.pop(source_id, None)
+        if self.analytics is not None:
+            self.analytics.drop(source_id)
         self._last.pop(source_id, None)
         return ()

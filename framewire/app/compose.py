@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from framewire.pipeline.wire.remote import RemoteSettings
 from framewire import registry
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
+from framewire.stages.analytics import Analytics
 from framewire.stages.cascade import CascadeStage, Secondary
 from framewire.stages.composite import Composite, CompositeStage, resolve_composite
 from framewire.stages.fused import Fused, Outputs
@@ -168,7 +169,8 @@ def _postprocess(config: Config) -> Stage:
 
 def _track(config: Config) -> TrackStage:
     assert config.tracking is not None
-    return TrackStage(resolve_tracking(config.tracking.params))
+    analytics = Analytics(config.analytics) if config.analytics else None
+    return TrackStage(resolve_tracking(config.tracking.params), analytics)
 
 
 def _secondary_engine(config: Config, secondary: int, index: int = 0) -> Engine:
@@ -271,6 +273,36 @@ def check_cascade(config: Config, task: Task) -> None:
     if config.tracking:
         params = resolve_tracking(config.tracking.params)
         class_filter(params.classes, labels, len(labels) if labels else None, "tracking.classes")
+    check_analytics(config, labels)
+
+
+def check_analytics(config: Config, labels: Sequence[str] | None) -> None:
+    """Each line's and zone's classes are the model's; pixel points lie inside each local video's frame."""
+    for source_id, spec in config.analytics.items():
+        for kind, i, _, _, classes in spec.shapes():
+            key = f"analytics.{source_id}.{kind}.{i}.classes"
+            class_filter(classes, labels, len(labels) if labels else None, key)
+        if spec.normalized:
+            continue
+        size = _frame_size(next(s for s in config.sources if s.id == source_id))
+        problem = spec.outside(*size) if size else None
+        if problem:
+            raise ConfigError(f"analytics.{source_id}.{problem}")
+
+
+def _frame_size(source: SourceBase) -> tuple[int, int] | None:
+    """A local video file's frame size, read from the file; None for streams, cameras and the rest
+    (their lines and zones are checked on the first frame, in the tracking stage)."""
+    from framewire.media.video_reader import VideoReader
+
+    if not isinstance(source, SourceConfig) or source_kind(source.uri) != "file" or local_path(source.uri) is None:
+        return None
+    try:
+        with VideoReader(source.id, source.uri) as reader:
+            info = reader.info
+    except Exception:  # an unreadable file is check_io's error to report, with its own key
+        return None
+    return info.width, info.height
 
 
 def build_plan(

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from framewire.pipeline import uris
+from framewire.config.analytics import SourceAnalyticsConfig
 from framewire.config.base import _Model
 from framewire.config.cascade import SecondaryConfig, TrackingConfig
 from framewire.config.engine import EngineConfig, ModelConfig
@@ -171,6 +172,11 @@ class Config(_Model):
     tracking: TrackingConfig | None = Field(
         default=None, description="Track the model's detections per source (a track_id on each); null: off."
     )
+    analytics: dict[str, SourceAnalyticsConfig] = Field(
+        default_factory=dict,
+        description="Counting lines and zones on the tracks, keyed by source id (needs tracking; "
+        "docs: Guides, Analytics).",
+    )
     steps: tuple[StepConfig, ...] = Field(
         default=(),
         description="Stages run on each frame before preprocessing, in order: audio features, voice "
@@ -208,6 +214,7 @@ class Config(_Model):
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
         self._check_secondary()
+        self._check_analytics()
         self._steps_fit()
         names = self.stage_names()
         for name in self.transport.remote_stages:
@@ -225,6 +232,14 @@ class Config(_Model):
             names.add(item.name)
             if item.reinfer_every is not None and self.tracking is None:
                 raise ValueError(f"secondary.{i}.reinfer_every: needs tracking: (a track id on each object)")
+
+    def _check_analytics(self) -> None:
+        ids = [source.id for source in self.sources]
+        for source_id in self.analytics:
+            if source_id not in ids:
+                raise ValueError(f"analytics.{source_id}: no source has this id (sources: {', '.join(ids)})")
+            if self.tracking is None:
+                raise ValueError(f"analytics.{source_id}: needs tracking: (lines and zones count tracks)")
 
     def _steps_fit(self) -> None:
         seen = {PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE, OUTPUTS}

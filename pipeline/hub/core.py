@@ -33,6 +33,7 @@ from framewire.pipeline.hub.observer import HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Peer, RemotePeer, Roster
 from framewire.pipeline.hub.remote_hub import RemoteHub
 from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.names import TRACK
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -211,8 +212,11 @@ class Hub:
             return
         header.pop("type", None)
         header.pop("stage", None)
-        for stage in self.plan.members.get(peer.stage, (peer.stage,)):
+        members = self.plan.members.get(peer.stage, (peer.stage,))
+        for stage in members:
             self.observer.on_stage_done(key.source, stage, result.span(stage))
+        if TRACK in members:
+            self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors), peer.writes)
 
     def on_failed(self, peer: Peer, key: FrameKey, error: str) -> None:

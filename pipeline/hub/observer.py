@@ -7,7 +7,7 @@ metrics implement them (pipeline.ops.telemetry.Telemetry); a test can give a rec
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.peers import Roster
@@ -44,6 +44,10 @@ class HubObserver(Protocol):
 
     def on_segment(self, source: str, output: str, size: int, deleted: int) -> None:
         """An output closed a video segment of `size` bytes; retention deleted `deleted` older files."""
+
+    def on_track_result(self, source: str, result: Any) -> None:
+        """The stage that tracks (alone or in a fused stage) returned a frame: its `result`, whose
+        `analytics` the metrics count (pipeline.ops.track_counts); once a frame, in order per source."""
 
     def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
         """Once a tick: the hub's state as it is now (queues, workers, sources, worker pids by name)."""

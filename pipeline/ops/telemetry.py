@@ -12,12 +12,14 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.peers import Roster
 from framewire.pipeline.hub.routing import Router
+from framewire.pipeline.ops import track_counts
 from framewire.pipeline.ops.metrics import Labels, Metrics
 
 FAMILIES = (
@@ -57,7 +59,7 @@ FAMILIES = (
 
 
 def declare(metrics: Metrics) -> Metrics:
-    for name, kind, text in FAMILIES:
+    for name, kind, text in (*FAMILIES, *track_counts.FAMILIES):
         metrics.declare(name, kind, text)
     return metrics
 
@@ -105,6 +107,9 @@ class Telemetry:
         self.metrics.inc("framewire_segment_bytes_total", size, source=source, output=output)
         if deleted:
             self.metrics.inc("framewire_segments_deleted_total", deleted, source=source, output=output)
+
+    def on_track_result(self, source: str, result: Any) -> None:
+        track_counts.count(self.metrics, source, result)
 
     def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
         self.gauges.update(router, roster, inputs)

@@ -38,7 +38,7 @@ def _alpha(value: int, shape: tuple[int, int] = (320, 320)) -> Result:
 
 def test_registry_has_every_kind() -> None:
     assert COMPOSITES.names() == (
-        "background_blur", "background_replace", "blur", "boxes", "paste", "pixelate", "speaking"
+        "analytics", "background_blur", "background_replace", "blur", "boxes", "paste", "pixelate", "speaking"
     )
     for kind in COMPOSITES.names():
         composite = resolve_composite(kind, {})
