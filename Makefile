@@ -82,6 +82,7 @@ validate: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 	$(BIN)/python run_pipeline.py validate -c configs/yolox.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/nanodet.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/ssd.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/showcase.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/ocr.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/lipsync.yaml
