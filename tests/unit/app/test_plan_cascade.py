@@ -63,7 +63,7 @@ def test_a_model_that_fits_no_format(tmp_path: Path) -> None:
     path = _model_with_output(tmp_path / "odd.onnx", [1, 3, 8, 8, 85])
     assert _error(_config({"path": path, "task": "detection"})) == (
         "model.format: the model's output 'output0' [1, 3, 8, 8, 85] fit no detection format "
-        "(model.format: yolov5 | yolov8 | yolox | end2end | separate)"
+        "(model.format: yolov5 | yolov8 | yolox | end2end | separate | gfl | tf_od)"
     )
 
 
