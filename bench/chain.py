@@ -43,7 +43,9 @@ class ChainRun:
 
 def run_chain(config: Any, frames: Sequence[np.ndarray]) -> ChainRun:
     """Every frame through the config's preprocess ... composite members, in order."""
-    from framewire.components import CascadeStage, Frame, StageContext, skipped, slot_layout, stages_from_config
+    from framewire.components import (
+        CascadeStage, Frame, StageContext, skipped, slot_layout, stages_from_config,
+    )
 
     height, width = frames[0].shape[:2]
     info = {"width": width, "height": height}

@@ -242,7 +242,8 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
     from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
 
     config = validate_config(config_raw, "bench loop")
-    task, composites, steps = task_from_config(config), composites_from_config(config), steps_from_config(config)
+    task, composites = task_from_config(config), composites_from_config(config)
+    steps = steps_from_config(config)
     engine = open_engine(config.engine, config.model.path, task.dynamic_axes(), OpenOptions())
     task.check_model(engine.inputs, engine.outputs)
     for step in steps:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from framewire.app.accuracy import Tolerance, TensorStats, task_summary, tensor_errors, verdict
     from framewire.app.engine_inputs import task_feeds, task_inputs
     from framewire.config import (
-        Config, EngineConfig, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, resolve_inputs, resolve_path,
+        Config, EngineConfig, JsonlOutput, SourceConfig, VideoFileOutput, ZmqOutput, resolve_inputs,
+        resolve_path,
     )
     from framewire.engines.base import Engine
     from framewire.engines.quantize import quantize_model, video_frames
@@ -138,7 +139,9 @@ def secondary_stage_from_config(config: Config) -> CascadeStage:
     return _cascade(config)
 
 
-def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
+def slot_layout(
+    config: Config, source_id: str, info: Mapping[str, Any]
+) -> dict[str, tuple[tuple[int, ...], str]]:
     """The pixel regions a frame of `source_id` (`info` holds its width and height) needs in the
     config's stages: {region: (shape, dtype)}, the image, the model input and the composited frame."""
     from framewire.app.compose import slot_layout as layout
@@ -156,7 +159,9 @@ def engine_for_task(config: Config, task: Task, model: str | None = None, worker
     return open_(config.engine, path, engine_axes(config, task), engine_options(config, task, worker))
 
 
-def fp16_model(model: str | Path, output: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None) -> int:
+def fp16_model(
+    model: str | Path, output: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None
+) -> int:
     """Write the fp16 copy of the ONNX model at `model` to `output` (`dynamic_axes`: the task's, made
     dynamic first); returns the count of nodes kept in fp32."""
     from framewire.engines.fp16 import convert_model_file
