@@ -154,3 +154,13 @@ def test_the_components_load_lazily() -> None:
         "assert 'cv2' not in sys.modules, 'Frame pulled OpenCV'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_the_guides_components_example_runs_as_written() -> None:
+    """docs/guides/python.md's loop of one's own: the default job's face detector, one face a frame."""
+    text = (ROOT / "docs" / "guides" / "python.md").read_text()
+    code = text.split("<!-- components example -->\n```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.splitlines() == [f"{seq} 1 faces" for seq in range(5)]
