@@ -85,12 +85,21 @@ def problems(file: str, source: str) -> list[str]:
         else:
             out += [f"bench/{file}:{item.line}: {item.module} has no public {name!r}"
                     for name in item.names if name not in PUBLIC[item.module]]  # fmt: skip
+    out += [f"bench/{file}:{line}: framewire has no public {name!r}" for line, name in _attributes(source)
+            if name not in PUBLIC["framewire"] | {"components"}]  # fmt: skip
     blocks = {item.block for item in internal}
     places = sorted(item.index for item in internal)
     if len(blocks) > 1 or (places and places[-1] - places[0] >= len(places)):
         lines = ", ".join(str(item.line) for item in internal)
         out.append(f"bench/{file}: its internal imports are in several places (lines {lines}): keep them in one")
     return out
+
+
+def _attributes(source: str) -> list[tuple[int, str]]:
+    """Each `framewire.<name>` read from the module `import framewire` binds: (line, name)."""
+    return [(node.lineno, node.attr) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "framewire"]  # fmt: skip
 
 
 def _bench_files() -> list[Path]:
@@ -124,6 +133,9 @@ def test_the_check_fails_on_an_internal_import() -> None:
     ]
     assert problems("loop.py", "from framewire.components import build_task\n") == [
         "bench/loop.py:1: framewire.components has no public 'build_task'"
+    ]
+    assert problems("loop.py", "import framewire\nframewire.start\nframewire.registry.TASKS\n") == [
+        "bench/loop.py:3: framewire has no public 'registry'"
     ]
     assert problems("lipsync.py", "from framewire.pipeline.wire.audioring import AudioRing\n") == []
 
