@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from framewire.app.accuracy import Tolerance, TensorStats, task_summary, tensor_errors, verdict
+from framewire.components import Tolerance, TensorStats, task_summary, tensor_errors, verdict
+# CLI glue (docs/benchmarks.md, tests/unit/bench/test_public_api.py): `bench accuracy` takes the same
+# tolerance flags as `framewire accuracy`.
 from framewire.app.commands import add_tolerance_args
 from bench import harness
 
@@ -64,16 +66,13 @@ def add_arguments(
 
 def run(args: argparse.Namespace) -> int:
     from bench import variants as vmod
-    from framewire.engines.quantize import video_frames
-    from framewire.config import load_config, resolve_inputs
-    from framewire.pipeline.errors import UsageError
-    from framewire.app.engine_inputs import task_inputs
-    from framewire.app.compose import build_task
+    from framewire import UsageError, load_config
+    from framewire.components import resolve_inputs, task_from_config, task_inputs, video_frames
 
     if args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
     config = resolve_inputs(load_config(args.config, args.overrides), [ROOT])
-    task = build_task(config)
+    task = task_from_config(config)
     video = args.video or config.sources[0].uri
     chosen = vmod.parse(args.variants) if args.variants else vmod.available()
     if vmod.REFERENCE in chosen:

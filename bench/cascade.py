@@ -65,13 +65,12 @@ def _secondary_pass(
 ) -> tuple[float, int, list[dict[str, Any]]]:
     """The config's secondary stage alone over the frames, given the primary's detections: seconds
     in `process` (the engine opened before), inferences, and the records."""
-    from framewire.app.compose import _cascade
     from bench.chain import SOURCE, _MemoryPool
-    from framewire.pipeline.frame import Frame, StageContext
+    from framewire.components import Frame, StageContext, secondary_stage_from_config
 
     height, width = images[0].shape[:2]
     pool = _MemoryPool({"image": ((height, width, 3), "uint8")})
-    stage = _cascade(config)
+    stage = secondary_stage_from_config(config)
     stage.start(StageContext("secondary", 0))
     records, spent = [], 0.0
     try:
@@ -122,7 +121,7 @@ def batching(path: str, frames: int, overrides: list[str], repeats: int) -> dict
 
 def interval(path: str, frames: int, every: int, overrides: list[str]) -> dict[str, Any]:
     from bench.references import matched
-    from framewire.stages.detections import boxes
+    from framewire.components import boxes
 
     base = [*overrides, "secondary=[]"]
     images = frames_of(load(path, base).sources[0].uri, frames)

@@ -43,14 +43,13 @@ class ChainRun:
 
 def run_chain(config: Any, frames: Sequence[np.ndarray]) -> ChainRun:
     """Every frame through the config's preprocess ... composite members, in order."""
-    from framewire.app.compose import _fused, slot_layout
-    from framewire.pipeline.frame import Frame, StageContext
-    from framewire.stages.cascade import CascadeStage
-    from framewire.stages.schedule import skipped
+    from framewire.components import (
+        CascadeStage, Frame, StageContext, skipped, slot_layout, stages_from_config,
+    )
 
     height, width = frames[0].shape[:2]
     info = {"width": width, "height": height}
-    fused = _fused(config.model_copy(update={"composite": ()}))
+    fused = stages_from_config(config.model_copy(update={"composite": ()}))
     fused.start(StageContext("infer", 0, {SOURCE: info}))
     pool = _MemoryPool(slot_layout(config.model_copy(update={"composite": ()}), SOURCE, info))
     run = ChainRun()
@@ -75,14 +74,15 @@ def run_chain(config: Any, frames: Sequence[np.ndarray]) -> ChainRun:
 def load(path: str, overrides: Sequence[str] = ()) -> Any:
     """A config file with `--set` overrides, its input paths found from the checkout."""
     from bench.harness import ROOT
-    from framewire.config import load_config, resolve_inputs
+    from framewire import load_config
+    from framewire.components import resolve_inputs
 
     return resolve_inputs(load_config(path, overrides), [ROOT])
 
 
 def frames_of(path: str, count: int | None = None, start: int = 0) -> list[np.ndarray]:
     """Decoded BGR frames of a video, as the daemon's decoder gives them."""
-    from framewire.media.video_reader import VideoReader
+    from framewire.components import VideoReader
 
     out: list[np.ndarray] = []
     with VideoReader("bench", path) as reader:

@@ -25,6 +25,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 
 def build_parser(prog: str = "run_pipeline.py bench") -> argparse.ArgumentParser:
     """Every benchmark's arguments (the CLI reference in docs/ is made from this parser too)."""
+    # CLI glue (docs/benchmarks.md, tests/unit/bench/test_public_api.py): every benchmark takes the
+    # same --config and --set flags as the other commands.
     from framewire.app.commands import add_config_args
 
     parser = argparse.ArgumentParser(prog=prog, description="benchmarks (JSON plus a table)")

@@ -86,9 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         return compare(args.compare[0], args.compare[1], args.json)
     from bench import variants as vmod
-    from framewire.config import load_config, resolve_inputs
-    from framewire.pipeline.errors import UsageError
-    from framewire.app.compose import build_task
+    from framewire import UsageError, load_config
+    from framewire.components import resolve_inputs, task_from_config
 
     batches = _int_list(args.batches, "--batches")
     if args.frames < 1 or args.repeat < 1:
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         config = config.model_copy(
             update={"engine": config.engine.model_copy(update={"threads": args.threads})}
         )
-    task = build_task(config)
+    task = task_from_config(config)
     video = args.video or config.sources[0].uri
     chosen = vmod.parse(args.variants) if args.variants else vmod.available()
     int8_model, quantised = None, None
@@ -173,13 +172,11 @@ def measure(job: Mapping[str, Any]) -> dict[str, Any]:
     import psutil
 
     from bench import variants as vmod
-    from framewire.app.engine_inputs import task_feeds
-    from framewire.engines.quantize import video_frames
-    from framewire.app.compose import build_task
+    from framewire.components import task_feeds, task_from_config, video_frames
 
     config, variant = job["config"], job["variant"]
     batches: list[int] = list(job["batches"])
-    task = build_task(config)
+    task = task_from_config(config)
     result: dict[str, Any] = {
         "variant": variant.label,
         "backend": variant.backend,
@@ -257,6 +254,8 @@ def _time_batch(
 def _gpu_used_mib(device: int = 0) -> float | None:
     """Device memory in use (total - free), MiB; None without cuda-python or a GPU."""
     try:
+        # An internal on purpose (docs/benchmarks.md, tests/unit/bench/test_public_api.py): device
+        # memory read through the cuda-python binding the TensorRT backend itself uses.
         from framewire.engines import cuda
 
         rt = cuda.runtime()
@@ -392,7 +391,7 @@ def chart(report: Mapping[str, Any], path: str) -> None:
 
 def compare(old_path: str, new_path: str, json_path: str | None = None) -> int:
     """Row by row (variant, batch): NEW / OLD of latency p50, throughput, start-up and peak RSS."""
-    from framewire.pipeline.errors import UsageError
+    from framewire import UsageError
 
     def load(path: str) -> dict[tuple[str, int], dict[str, Any]]:
         try:
@@ -455,7 +454,7 @@ def _ratio(new: float | None, old: float | None) -> float | None:
 
 
 def _int_list(text: str, option: str) -> list[int]:
-    from framewire.pipeline.errors import UsageError
+    from framewire import UsageError
 
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})

@@ -65,8 +65,9 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from framewire.config import load_config, resolve_inputs
-    from framewire.pipeline.errors import ConfigError
+    from framewire import load_config
+    from framewire.components import resolve_inputs
+    from framewire import ConfigError
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     budget = config.sources[0].latency_budget_ms
@@ -133,7 +134,7 @@ def clip_facts(path: str) -> dict[str, Any]:
 def live_job(config: Any, uri: str, policy: str, folder: Path) -> Any:
     """The config's first source read from `uri` under `policy`, outputs redirected to `folder`."""
     from bench.pipeline import redirect_outputs
-    from framewire.config import validate_config
+    from framewire import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     source = dict(raw["sources"][0])

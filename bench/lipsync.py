@@ -49,7 +49,8 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from framewire.config import load_config, resolve_inputs
+    from framewire import load_config
+    from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     before = harness.machine()
@@ -144,7 +145,7 @@ def clip_audio(config: Any, folder: Path, seconds: float) -> str:
     """The first `seconds` of the config's audio (looped if shorter), as a WAV in `folder`."""
     import numpy as np
 
-    from framewire.media.audio import AudioDecoder
+    from framewire.components import AudioDecoder
 
     source = config.sources[0]
     decoder = AudioDecoder(source.id, source.audio.uri, 16000)
@@ -170,7 +171,7 @@ def write_wav(path: Path, samples: Any) -> None:
 
 
 def daemon_job(config: Any, processes: int, audio: str, folder: Path, *, split: bool = False) -> Any:
-    from framewire.config import validate_config
+    from framewire import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     first = raw["sources"][0]
@@ -230,18 +231,19 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
     preprocess, the generator, postprocess, paste, encode; in this one thread."""
     import numpy as np
 
-    from framewire.app.compose import build_composites, build_task
-    from framewire.app.audio_plan import build_steps
-    from framewire.engines.registry import OpenOptions, open_engine
-    from framewire.media.video_reader import VideoReader
-    from framewire.media.video_writer import VideoFileWriter
+    from framewire import validate_config
+    from framewire.components import (
+        Frame, OpenOptions, Result, StageContext, VideoReader, VideoWriter, composites_from_config,
+        open_engine, steps_from_config, task_from_config,
+    )
+
+    # An internal on purpose (docs/benchmarks.md, tests/unit/bench/test_public_api.py): the loop
+    # hands its audio steps their samples the way the daemon does, through the shared-memory ring.
     from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
-    from framewire.config import validate_config
-    from framewire.pipeline.frame import Frame, StageContext
-    from framewire.stages.tasks.base import Result
 
     config = validate_config(config_raw, "bench loop")
-    task, composites, steps = build_task(config), build_composites(config), build_steps(config)
+    task, composites = task_from_config(config), composites_from_config(config)
+    steps = steps_from_config(config)
     engine = open_engine(config.engine, config.model.path, task.dynamic_axes(), OpenOptions())
     task.check_model(engine.inputs, engine.outputs)
     for step in steps:
@@ -253,7 +255,7 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
     ring = AudioRing.create(AudioRingLayout(f"framewire-bench-{uuid.uuid4().hex[:8]}", 16000, 16000 * 600))
     try:
         seconds = fill_ring(ring, audio)
-        writer = VideoFileWriter(video_out, info, audio_from=audio)
+        writer = VideoWriter(video_out, info, audio_from=audio)
         writer.open()
         spec = task.input_spec(info.width, info.height)
         buffer = np.zeros(tuple(int(d) for d in spec.shape), np.float32)  # type: ignore[arg-type]
@@ -299,7 +301,7 @@ def run_loop(config_raw: Mapping[str, Any], audio: str, video_out: str) -> dict[
 
 
 def fill_ring(ring: Any, audio: str) -> float:
-    from framewire.media.audio import AudioDecoder
+    from framewire.components import AudioDecoder
 
     decoder = AudioDecoder("loop", audio, ring.rate)
     decoder.open()

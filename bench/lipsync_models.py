@@ -92,7 +92,7 @@ def generator(layers: int = 4, channels: int = 32, seed: int = 1234) -> bytes:
 
 def reference_mel_power() -> float:
     """The mean mel power (not log) of a window of the test tone, with the encoder's settings."""
-    from framewire.media.audio import LogMel, MelSettings
+    from framewire.components import LogMel, MelSettings
 
     t = np.arange(int(0.2 * RATE)) / RATE
     tone = (TONE_AMPLITUDE * np.sin(2 * np.pi * TONE_HZ * t)).astype(np.float32)

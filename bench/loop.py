@@ -54,22 +54,17 @@ class _Source:
 def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, Any]:
     import numpy as np
 
-    from framewire.engines.registry import open_engine
-    from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_path, validate_config
-    from framewire.pipeline.frame import Frame
-    from framewire.pipeline.wire.publish import Publisher
-    from framewire.media.video_reader import VideoReader
-    from framewire.pipeline.uris import local_path
-    from framewire.stages.outputs.jsonl import JsonlWriter
-    from framewire.stages.outputs.record import RECORD_VERSION, frame_record
-    from framewire.media.video_writer import VideoFileWriter
-    from framewire.app.compose import build_composites, build_task
-    from framewire.stages.tasks.base import Result
+    from framewire import validate_config
+    from framewire.components import (
+        RECORD_VERSION, Frame, JsonlOutput, JsonlWriter, Publisher, Result, VideoFileOutput, VideoReader,
+        VideoWriter, ZmqOutput, composites_from_config, frame_record, local_path, open_engine, resolve_path,
+        task_from_config,
+    )
 
     imported = time.time()
     config = validate_config(config_raw, "bench loop")
-    task = build_task(config)
-    composites = build_composites(config)
+    task = task_from_config(config)
+    composites = composites_from_config(config)
     engine_config = config.engine.model_copy(update={"threads": engine_threads, "max_batch": 1})
     engine = open_engine(engine_config, config.model.path, task.dynamic_axes())
 
@@ -81,7 +76,7 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
         buffer = np.empty(tuple(int(d) for d in spec.shape if d is not None), dtype=spec.dtype)
         sources.append(_Source(source_config, reader, info, iter(reader.frames()), buffer))
 
-    videos: list[dict[str, Any]] = []  # per output: source id -> VideoFileWriter
+    videos: list[dict[str, Any]] = []  # per output: source id -> VideoWriter
     jsonls: list[dict[str, Any]] = []  # per output: source id -> JsonlWriter
     publishers: list[Any] = []
     for out in config.outputs:
@@ -90,7 +85,7 @@ def run_loop(config_raw: Mapping[str, Any], engine_threads: int) -> dict[str, An
             for s in sources:
                 audio = local_path(s.config.uri) if (out.audio and s.info.has_audio) else None
                 path = resolve_path(out.path, s.info.source_id)
-                files[s.info.source_id] = VideoFileWriter(
+                files[s.info.source_id] = VideoWriter(
                     path, s.info, crf=out.crf, preset=out.preset, audio_from=audio,
                     container=out.container, fragment_s=out.fragment_s,
                 )  # the same file as the daemon's, fragments and keyframes included

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[...
 
 
 def _boxes(run: ChainRun) -> list[np.ndarray]:
-    from framewire.stages.detections import boxes
+    from framewire.components import boxes
 
     return [boxes(r.get("detections", [])) for r in run.records]
 
@@ -67,7 +67,7 @@ def yolov8(frames: int | None, min_iou: float) -> dict[str, Any]:
     raw = yaml.safe_load((CONFIGS / "yolox.yaml").read_text())
     raw["model"] = {"path": str(R.nudenet_model()), "task": "detection", "pad": "top_left", "pad_value": 0,
                     "channels": "bgr", "nms": "agnostic"}  # fmt: skip
-    from framewire.config import validate_config
+    from framewire import validate_config
 
     config = validate_config(raw, "nudenet")
     out: dict[str, Any] = {}
@@ -150,7 +150,7 @@ def track_ids(frames: int) -> dict[str, Any]:
 
 def our_tracks(per_frame: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[dict[int, int]]:
     """framewire's ByteTrack (the tracking stage's tracker) on given boxes: {detection: track id}."""
-    from framewire.stages.bytetrack import ByteTracker
+    from framewire.components import ByteTracker
 
     tracker = ByteTracker()
     return [tracker.update(seq, boxes, scores) for seq, (boxes, scores) in enumerate(per_frame)]

@@ -60,7 +60,8 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from framewire.config import load_config, resolve_inputs
+    from framewire import load_config
+    from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     result = compare(
@@ -184,7 +185,7 @@ def describe_job(config: Any) -> dict[str, Any]:
 def redirect_outputs(config: Any, folder: Path) -> Any:
     """The job with its output files in `folder`, its ZeroMQ outputs on ipc:// sockets there, and a
     JSONL output (for the latencies) when it has none."""
-    from framewire.config import validate_config
+    from framewire import validate_config
 
     folder.mkdir(parents=True, exist_ok=True)
     raw = config.model_dump(mode="json", exclude_none=True)
@@ -206,7 +207,7 @@ def redirect_outputs(config: Any, folder: Path) -> Any:
 
 
 def jsonl_paths(job: Any) -> dict[str, Path]:
-    from framewire.config import JsonlOutput, resolve_path
+    from framewire.components import JsonlOutput, resolve_path
 
     out = next(o for o in job.outputs if isinstance(o, JsonlOutput))
     return {s.id: Path(resolve_path(out.path, s.id)) for s in job.sources}
@@ -216,7 +217,7 @@ def count_outputs(job: Any) -> dict[str, int]:
     """Frames in every output file of the job: `<output index>:<source id>` -> frames."""
     import av
 
-    from framewire.config import JsonlOutput, VideoFileOutput, resolve_path
+    from framewire.components import JsonlOutput, VideoFileOutput, resolve_path
 
     counts: dict[str, int] = {}
     for index, out in enumerate(job.outputs):
@@ -328,7 +329,7 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
 
 def stage_workers(job: Any) -> dict[str, int]:
     """Processes running each stage (fused stages run in every infer process)."""
-    from framewire.engines.registry import infer_workers
+    from framewire.components import infer_workers
 
     infer = infer_workers(job.engine)
     stages = job.stages

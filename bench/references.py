@@ -180,7 +180,7 @@ def supervision_tracks(
 
 def matched(reference: np.ndarray, ours: np.ndarray, min_iou: float) -> list[tuple[int, int, float]]:
     """One-to-one pairs (reference index, our index, IoU) at IoU >= min_iou, most overlap first."""
-    from framewire.stages.detections import iou
+    from framewire.components import iou
 
     if len(reference) == 0 or len(ours) == 0:
         return []

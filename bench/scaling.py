@@ -37,7 +37,8 @@ def add_arguments(
 
 
 def run(args: argparse.Namespace) -> int:
-    from framewire.config import load_config, resolve_inputs
+    from framewire import load_config
+    from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     result = sweep(
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def with_shape(config: Any, infer: int, sources: int, frames: int | None) -> Any:
     """The config with `infer` infer processes and `sources` copies of its first source."""
-    from framewire.config import validate_config
+    from framewire import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
     first = dict(raw["sources"][0])

@@ -30,7 +30,7 @@ GAPS_S = (0.8, 1.2, 0.6, 2.0, 0.9, 1.5, 1.0)
 
 def speech() -> tuple[np.ndarray, list[tuple[float, float]]]:
     """The clip's samples (float32, 16 kHz) and where each sentence lies (seconds)."""
-    from framewire.media.audio import AudioDecoder
+    from framewire.components import AudioDecoder
 
     out = [np.zeros(int(GAPS_S[0] * RATE), np.float32)]
     spans, at = [], GAPS_S[0]

@@ -33,7 +33,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bench import harness
-from framewire.pipeline.frame import Stage
+from framewire import UsageError
+from framewire.components import Stage
+
+# Internals on purpose, in this one place (docs/benchmarks.md, tests/unit/bench/test_public_api.py):
+# this benchmark measures the hub's own wire, its frame pool, messages and supervisor, which no user
+# drives directly.
+from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.run.supervisor import Supervisor
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
 
 SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
@@ -84,8 +93,6 @@ def parse_size(text: str) -> tuple[str, int, int]:
     try:
         width, height = (int(v) for v in key.split("x"))
     except ValueError:
-        from framewire.pipeline.errors import UsageError
-
         raise UsageError(f"--sizes: {text!r} is not 720p, 1080p, 4k or WIDTHxHEIGHT") from None
     return (f"{width}x{height}", width, height)
 
@@ -176,9 +183,6 @@ def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[s
     import numpy as np
     import zmq
 
-    from framewire.pipeline.wire import messages as msg
-    from framewire.pipeline.wire.framepool import FramePool, PoolLayout
-
     folder = tempfile.mkdtemp(prefix="fw-transport-")
     endpoint = f"ipc://{folder}/hop.sock"
     ctx = zmq.Context()
@@ -241,9 +245,6 @@ def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[s
 def _receiver_main(endpoint: str, mode: str, total: int, warmup: int, ready: Any, out_q: Any) -> None:
     """The receiving process: a ROUTER like the hub's; each frame becomes a numpy array here."""
     import zmq
-
-    from framewire.pipeline.wire import messages as msg
-    from framewire.pipeline.wire.framepool import PoolCache
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
@@ -363,9 +364,6 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
     import json
 
     import psutil
-
-    from framewire.pipeline.plan import Plan, SourcePlan
-    from framewire.pipeline.run.supervisor import Supervisor
 
     folder = tempfile.mkdtemp(prefix="fw-hub-")
     latencies_path = os.path.join(folder, "latencies.json")

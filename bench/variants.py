@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from framewire.pipeline.errors import UsageError
+from framewire import UsageError
 
 if TYPE_CHECKING:
-    from framewire.engines.base import Engine
-    from framewire.config import Config, EngineConfig
-    from framewire.stages.tasks.base import Task
+    from framewire import Config
+    from framewire.components import Engine, EngineConfig, Task
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,7 @@ def parse(text: str) -> list[Variant]:
 def available() -> list[Variant]:
     """Every variant this machine can run: the CPU ones always, GPU ones where a GPU and the
     backend are present."""
-    from framewire.engines.registry import detect_machine
+    from framewire.components import detect_machine
 
     machine = detect_machine()
     out = [REFERENCE, Variant("onnxruntime", "cpu", "int8")]
@@ -118,7 +117,7 @@ def engine_config(
     base: EngineConfig, variant: Variant, max_batch: int, calibration_video: str
 ) -> EngineConfig:
     """`base` set up for `variant` with an optimisation profile up to `max_batch`."""
-    from framewire.config import EngineConfig
+    from framewire.components import EngineConfig
 
     data = base.model_dump()
     data.update(backend=variant.backend, max_batch=max_batch, min_batch=1, opt_batch=None)
@@ -149,13 +148,11 @@ def open_variant(
     config: Config, variant: Variant, model: str, max_batch: int, video: str, task: Task
 ) -> Engine:
     """An engine of `variant` as an infer worker would open it (batch rewrite when `max_batch > 1`)."""
-    from framewire.engines.registry import open_engine
-    from framewire.config import SourceConfig
-    from framewire.app.compose import engine_axes, engine_options
+    from framewire.components import SourceConfig, engine_for_task
 
     engine = engine_config(config.engine, variant, max_batch, video)
     job = config.model_copy(update={"engine": engine, "sources": (SourceConfig(id="bench", uri=video),)})
-    return open_engine(engine, model, engine_axes(job, task), engine_options(job, task, 0))
+    return engine_for_task(job, task, model)
 
 
 def ensure_int8_model(
@@ -169,8 +166,7 @@ def ensure_int8_model(
         return given, None
     from dataclasses import asdict
 
-    from framewire.app.engine_inputs import task_feeds
-    from framewire.engines.quantize import quantize_model, video_frames
+    from framewire.components import quantize_model, task_feeds, video_frames
 
     folder = Path(workdir or tempfile.mkdtemp(prefix="framewire-bench-int8-"))
     output = folder / (Path(config.model.path).stem + "-int8.onnx")
@@ -190,8 +186,8 @@ def ensure_fp16_model(config: Config, task: Task, given: str | None) -> str:
         if not Path(given).is_file():
             raise UsageError(f"--fp16-model: file not found: {given}")
         return given
-    from framewire.engines.fp16 import convert_model_file
+    from framewire.components import fp16_model
 
     output = Path(tempfile.mkdtemp(prefix="framewire-bench-fp16-")) / (Path(config.model.path).stem + "-fp16.onnx")
-    convert_model_file(config.model.path, output, task.dynamic_axes())
+    fp16_model(config.model.path, output, task.dynamic_axes())
     return str(output)

@@ -394,15 +394,31 @@ else under `framewire.*` is internal and may change.
 """
 
 
+COMPONENTS_INTRO = """## Building blocks: `framewire.components` {#building-blocks}
+
+For a loop of your own around framewire's tasks and engines, as the benchmarks run theirs
+([Benchmark results](../benchmarks.md#what-the-benchmarks-import)): a config's task, engine, steps,
+composites and middle stages, video and audio, the daemon's records. Each name loads on first use.
+"""
+
+
 def python_api() -> str:
-    """The API page: one mkdocstrings block per public name, under the name users import."""
+    """The API page: one mkdocstrings block per public name, under the name users import; then the
+    building blocks of framewire.components."""
     import framewire
+    import framewire.components
 
     lines = [API_INTRO]
     for name in framewire.__all__:
-        lines += [f"::: framewire.{name}", "    options:", "      show_root_heading: true",
-                  "      show_root_full_path: true", ""]  # fmt: skip
+        lines += _api_block(f"framewire.{name}")
+    lines += [COMPONENTS_INTRO]
+    for name in framewire.components.__all__:
+        lines += _api_block(f"framewire.components.{name}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _api_block(path: str) -> list[str]:
+    return [f"::: {path}", "    options:", "      show_root_heading: true", "      show_root_full_path: true", ""]
 
 
 PAGES: dict[str, Callable[[], str]] = {

@@ -1,6 +1,7 @@
 """framewire's Python API: start a job from a config and wait for its report (`start`, `Job`), run a
 job in this program and take its results as they come (`Pipeline`), or read a running daemon's
-results (`Client`). The README's "Python" section and docs/guides/plugins.md show them."""
+results (`Client`). The README's "Python" section and docs/guides/plugins.md show them.
+`framewire.components` holds the building blocks for a loop of one's own (tasks, engines, video)."""
 
 from pkgutil import extend_path
 

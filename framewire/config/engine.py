@@ -48,6 +48,8 @@ class CalibrationConfig(_Model):
 
 
 class EngineConfig(_Model):
+    """How the model runs: the backend, its devices and precision, batching and the TensorRT build."""
+
     backend: Backend | str = Field(
         default=Backend.AUTO,
         union_mode="left_to_right",

@@ -39,6 +39,8 @@ class OutputConfig(_Model):
 
 
 class VideoFileOutput(OutputConfig):
+    """An H.264 file per source of the composited frames, with the source's audio where asked."""
+
     kind: Literal["video_file"] = Field(description="H.264 MP4 of the composited frames.")
     path: str = Field(
         description="Output file, a template: `{source_id}`, `{index}` (the segment's number, e.g. "
@@ -99,6 +101,8 @@ class VideoFileOutput(OutputConfig):
 
 
 class JsonlOutput(OutputConfig):
+    """A JSON Lines file per source: one record per frame, and the events."""
+
     kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
     path: str = Field(
         description="Output file; `{source_id}` is replaced by the source's id. A source id added again "
@@ -116,6 +120,8 @@ class JsonlOutput(OutputConfig):
 
 
 class ZmqOutput(OutputConfig):
+    """Every frame's record published on a ZeroMQ socket (`pub` or `push`), as framewire.Client reads it."""
+
     kind: Literal["zmq"] = Field(description="Publish every frame's results on a ZeroMQ socket.")
     endpoint: str = Field(
         description="Where to bind, e.g. tcp://127.0.0.1:5560 or ipc:///tmp/framewire.sock."

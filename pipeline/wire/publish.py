@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 
 class Publisher:
+    """The `zmq` output's socket: `open`, then `send(topic, record)` per frame, then `close`."""
+
     def __init__(
         self,
         endpoint: str,
