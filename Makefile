@@ -72,7 +72,13 @@ $(VAD_REFERENCE): $(VENV)/.installed-$(EXTRAS)-test
 run: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 	$(BIN)/python run_pipeline.py $(ARGS)
 
-test: $(VENV)/.installed-$(EXTRAS)-test $(VAD_REFERENCE) $(VENV)/.editable
+# The real components the tests start (tests/support/components.py: mosquitto, Chromium, ...), set up
+# once per venv; made again when that file changes.
+$(VENV)/.components: tests/support/components.py $(VENV)/.installed-$(EXTRAS)-test
+	$(BIN)/python -m tests.support.components
+	touch $@
+
+test: $(VENV)/.installed-$(EXTRAS)-test $(VAD_REFERENCE) $(VENV)/.editable $(VENV)/.components
 	cd $(LINK_TREE) && PYTHONPATH=$(CURDIR) $(CURDIR)/$(BIN)/lint-imports --config $(CURDIR)/pyproject.toml
 	$(BIN)/python -m pytest $(ARGS)
 

@@ -1,0 +1,130 @@
+"""The real components the tests start (a broker, a browser, a coordination store, an inference
+server), set up without touching the system where that can be done: Debian packages are fetched with
+`apt-get download` and unpacked with `dpkg -x` into a cache folder inside the venv; Python tools that
+need versions of their own get a venv of their own beside it.
+
+`make test` runs `python -m tests.support.components` first (every component, once: a stamp in the
+venv), so a test finds its component ready; a test run without it sets the component up on first use.
+Each setup holds a file lock, so parallel test processes do it once. A component that cannot be had
+raises `ComponentMissing` with the reason: the tests that need it fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("FRAMEWIRE_COMPONENTS", ROOT / ".venv" / "components"))
+LIB_DIR = "usr/lib/x86_64-linux-gnu"
+
+
+class ComponentMissing(RuntimeError):
+    """A component a test needs could not be set up here (the message says why)."""
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[Path]:
+    """The component's folder, held by this process alone while it is set up."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield CACHE / name
+
+
+def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 600) -> None:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise ComponentMissing(f"{' '.join(cmd[:3])}... failed (exit {done.returncode}): {' | '.join(tail)}")
+
+
+def _apt_lists_present() -> bool:
+    lists = Path("/var/lib/apt/lists")
+    return lists.is_dir() and any(p.name.endswith("_Packages") or "_Packages." in p.name for p in lists.iterdir())
+
+
+def debian(name: str, packages: list[str]) -> Path:
+    """Debian `packages` unpacked into one folder (fetched once): the folder, whose usr/bin, usr/sbin
+    and usr/lib/x86_64-linux-gnu hold what they ship."""
+    with _locked(name) as folder:
+        stamp = folder / ".unpacked"
+        if stamp.exists() and stamp.read_text() == " ".join(packages):
+            return folder
+        if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
+            raise ComponentMissing(f"{name}: needs apt-get and dpkg (Debian) to fetch {', '.join(packages)}")
+        if not _apt_lists_present() and os.geteuid() == 0:
+            _run(["apt-get", "update", "-qq"])
+        debs = folder / "debs"
+        shutil.rmtree(folder, ignore_errors=True)
+        debs.mkdir(parents=True)
+        _run(["apt-get", "download", "-qq", *packages], cwd=debs)
+        for deb in sorted(debs.glob("*.deb")):
+            _run(["dpkg", "-x", str(deb), str(folder)])
+        stamp.write_text(" ".join(packages))
+        return folder
+
+
+def library_env(folder: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that runs a binary unpacked by `debian`: its libraries first."""
+    env = dict(os.environ if base is None else base)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(folder / LIB_DIR), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+def mosquitto() -> tuple[Path, dict[str, str]]:
+    """Debian's MQTT broker: its binary and the environment to run it with."""
+    folder = debian("mosquitto", ["mosquitto", "libmosquitto1", "libcjson1", "libdlt2", "libwrap0"])
+    return folder / "usr/sbin/mosquitto", library_env(folder)
+
+
+def chromium() -> Path:
+    """Debian's Chromium (the browser binary itself, for playwright's `executable_path`). A browser
+    needs dozens of system libraries, so this one is installed with apt-get (root), not unpacked."""
+    for candidate in (Path("/usr/lib/chromium/chromium"), Path(shutil.which("chromium") or "/nonexistent")):
+        if candidate.exists():
+            return candidate
+    if os.geteuid() != 0:
+        raise ComponentMissing("chromium: not installed, and installing it needs root (apt-get install chromium)")
+    with _locked("chromium"):
+        if not Path("/usr/lib/chromium/chromium").exists():
+            if not _apt_lists_present():
+                _run(["apt-get", "update", "-qq"])
+            _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"], timeout=1200)
+    return Path("/usr/lib/chromium/chromium")
+
+
+# Each component by name, for `python -m tests.support.components [NAME ...]` (make test: all of them).
+SETUP: dict[str, Callable[[], object]] = {
+    "mosquitto": mosquitto,
+    "chromium": chromium,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help=f"components (default: all): {', '.join(SETUP)}")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in SETUP]
+    if unknown:
+        parser.error(f"unknown component {unknown[0]!r}: known are {', '.join(SETUP)}")
+    failed = 0
+    for name in args.names or list(SETUP):
+        try:
+            SETUP[name]()
+            print(f"components: {name} ready")
+        except (ComponentMissing, subprocess.TimeoutExpired) as exc:
+            print(f"components: {name}: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
