@@ -340,10 +340,8 @@ def build_plan(
     if config.stages.fuse_outputs and len(outputs) > 1:
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
-    sources = tuple(
-        source_plan(s, audio_need(config), config.transport.slots_per_source, resume_targets(config, s.id))
-        for s in config.sources
-    )
+    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source, resume_targets(config, s.id))
+                    for s in config.sources)  # fmt: skip
     t = config.transport
     return Plan(
         middle=tuple(middle),

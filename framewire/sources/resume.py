@@ -82,6 +82,8 @@ def read_jsonl(path: str) -> JsonlHeld:
             log.warning("jsonl output %s: a line that is not JSON at byte %d; resuming before it", path, offset)
             return held
         if not isinstance(record, dict) or "event" in record:
+            if held.ends:  # an event goes with the frames before it
+                held.ends[-1] = offset
             continue
         seq, pts = record.get("seq"), record.get("pts")
         if seq != held.frames or type(pts) is not int:
