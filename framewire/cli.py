@@ -215,7 +215,8 @@ def _run(args: argparse.Namespace, level: int) -> int:
 
     config = load_job(args)
     if getattr(args, "resume", False):
-        files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources) if getattr(s, "kind", None) == "file" and not s.is_live]
+        files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources)
+                 if getattr(s, "kind", None) == "file" and not s.is_live]  # fmt: skip
         config = load_job(args, files) if files else config
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     job = start(config, log_level=level, log_format=args.log_format, progress=progress)

@@ -18,7 +18,9 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path
+from framewire.config import (
+    Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path,
+)  # fmt: skip
 from framewire.config.job import resume_problem
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError

@@ -282,5 +282,6 @@ def resume_problem(outputs: tuple[Output, ...]) -> str | None:
         if out.segment_s is not None:
             return f"outputs.{i}.segment_s: a recording in segments cannot be resumed; one file per source can"
         if fields:
-            return f"outputs.{i}.path: {{{sorted(fields)[0]}}} names another file each run; resuming needs one file per source"
+            field = sorted(fields)[0]
+            return f"outputs.{i}.path: {{{field}}} names another file each run; resuming needs one file per source"
     return None

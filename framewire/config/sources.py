@@ -271,7 +271,8 @@ class SourceConfig(SourceBase):
         if not self.resume:
             return
         if kind != "file" or self.is_live:
-            raise ValueError(f"resume: only for files, not {'a live ' if self.is_live else ''}{kind} {uris.redact(self.uri)}")
+            live = "a live " if self.is_live else ""
+            raise ValueError(f"resume: only for files, not {live}{kind} {uris.redact(self.uri)}")
         if self.policy != Policy.BLOCK:
             raise ValueError(f"resume: needs policy block (a frame dropped under {self.policy.value} breaks the count)")
         if self.template is not None or self.audio is not None:

@@ -26,7 +26,9 @@ _TRUN_FLAG_BYTES = ((0x100, 4), (0x200, 4), (0x400, 4), (0x800, 4))  # duration,
 _TFHD_FIELDS = ((0x1, 8), (0x2, 4))  # base data offset, sample description index: before the duration
 
 
-def boxes(data: bytes | bytearray | memoryview, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, str, int]]:
+def boxes(
+    data: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, int, str, int]]:
     """(offset, size, type, header size) of each box between `start` and `end`; a box that does not
     fit (a torn one at the end of a killed recording) ends the walk, as does a size under its header."""
     end = len(data) if end is None else end
@@ -187,13 +189,15 @@ def _tracks(data: bytes, offset: int, size: int) -> dict[int, Track]:
         if kind != "trak":
             continue
         tkhd, mdhd = _child(data, o + 8, o + s, "tkhd"), _path(data, o + 8, o + s, "mdia", "mdhd")
-        hdlr, stsd = _path(data, o + 8, o + s, "mdia", "hdlr"), _path(data, o + 8, o + s, "mdia", "minf", "stbl", "stsd")
+        hdlr = _path(data, o + 8, o + s, "mdia", "hdlr")
+        stsd = _path(data, o + 8, o + s, "mdia", "minf", "stbl", "stsd")
         if tkhd is None or mdhd is None or hdlr is None or stsd is None:
             continue
         track_id = struct.unpack_from(">I", data, tkhd[0] + (28 if data[tkhd[0] + 8] == 1 else 20))[0]
         timescale = struct.unpack_from(">I", data, mdhd[0] + (28 if data[mdhd[0] + 8] == 1 else 20))[0]
         handler = data[hdlr[0] + 16 : hdlr[0] + 20].decode("latin-1")
-        tracks[track_id] = Track(track_id, handler, timescale, bytes(data[stsd[0] : stsd[0] + stsd[1]]), defaults.get(track_id, 0))
+        description = bytes(data[stsd[0] : stsd[0] + stsd[1]])
+        tracks[track_id] = Track(track_id, handler, timescale, description, defaults.get(track_id, 0))
     return tracks
 
 
@@ -309,7 +313,10 @@ class FragmentAppender:
         mine = self.recovered.tracks
         for track_id, track in tracks.items():
             old = mine.get(track_id)
-            if old is None or (old.handler, old.timescale, old.description) != (track.handler, track.timescale, track.description):
+            same = old is not None and (old.handler, old.timescale, old.description) == (
+                track.handler, track.timescale, track.description
+            )  # fmt: skip
+            if not same:
                 raise FramewireError(
                     f"video_file output {self.path}: cannot resume: its {track.handler} track differs from the "
                     "recording's (codec, size, crf or preset changed since it was written?)"

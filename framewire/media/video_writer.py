@@ -112,6 +112,8 @@ class VideoFileWriter:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             container = av.open(self._target(), mode="w", format="mp4", options=self._muxer_options())
         except (OSError, av.FFmpegError) as err:
+            if self._appender is not None:
+                self._appender.close()
             raise FramewireError(f"video_file output {self.path}: cannot create: {_reason(err)}") from err
         self._container = container
         try:
@@ -237,8 +239,8 @@ class VideoFileWriter:
                 self._container = None
                 self._video = None
                 self._audio = None
-        if self._appender is not None:
-            self._appender.close()
+                if self._appender is not None:  # after the muxer's last write
+                    self._appender.close()
 
 
 class AudioTrack(Protocol):

@@ -9,6 +9,8 @@ import pytest
 from framewire.app.compose import make_source
 from framewire.config import load_config
 from framewire.pipeline.errors import ConfigError
+from framewire.sources.file import FileSource
+from framewire.sources.resume import ResumeTargets
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,7 +56,9 @@ def test_a_source_added_at_run_time_resumes_only_into_outputs_that_can() -> None
     bikes = str(ROOT / "assets" / "videos" / "bikes.mp4")
     config = load_config(ROOT / "configs" / "default.yaml")  # a video_file (fmp4) and a jsonl output
     plan = make_source(config, {"id": "later", "uri": bikes, "resume": True})
-    assert plan.source_id == "later"
+    source = plan.factory()  # what the decode worker builds: a file source that reads these first
+    assert isinstance(source, FileSource)
+    assert source.resume == ResumeTargets(("out/later.jsonl",), ("out/later.mp4",))
     mp4 = load_config(ROOT / "configs" / "default.yaml", ["outputs.0.container=mp4"])
     with pytest.raises(ConfigError, match=r"source.resume: outputs.0.container: mp4 cannot be resumed"):
         make_source(mp4, {"id": "later", "uri": bikes, "resume": True})
