@@ -120,3 +120,17 @@ def test_appending_keeps_the_audio_going(tmp_path: Path) -> None:
         packets = [(p.pts, p.duration) for p in container.demux(audio=0) if p.pts is not None]
     assert all(a + d == b for (a, d), (b, _) in zip(packets, packets[1:], strict=False))  # no gap, no overlap
     assert clips.audio_duration_s(out) == pytest.approx(clips.audio_duration_s(clip), abs=0.05)
+
+
+def test_a_resumed_recording_killed_again_resumes_again(tmp_path: Path, clip: Path) -> None:
+    """Killed twice: the fragments appended the first time are scanned and cut like the others."""
+    reader, frames = decoded(clip)
+    out = tmp_path / "out.mp4"
+    record(out, reader, frames[:30])
+    for held, upto in ((25, 70), (50, 100)):
+        found = fragments.scan(str(out))
+        assert found is not None
+        assert found.boundary(held) == (held, held // 25)
+        fragments.cut(str(out), found.end_of(held // 25))
+        record(out, reader, frames[held:upto], append=True)
+    assert pts_of(out) == [f.pts for f in frames]
