@@ -84,7 +84,7 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         help="--platform tensorrt: the TensorRT engine built for the target GPU and Triton's TensorRT "
         "version, for the main model (FILE) or a secondary one (SECONDARY=FILE); repeatable",
     )  # fmt: skip
-    parser.add_argument("--version", type=int, default=1, help="the model version folder (default: 1)")
+    parser.add_argument("--version", type=int, default=1, metavar="N", help="the model version folder (default: 1)")
     parser.add_argument(
         "--link", action="store_true",
         help="symlink the ONNX file where framewire serves it unchanged, instead of copying it "
@@ -184,11 +184,17 @@ def _base(config: Config, args: argparse.Namespace, key: str, path: str, name: s
     name = name or _default_name(Path(path))
     if not _NAME.match(name):
         raise ConfigError(f"{key}: {name!r} is not a usable Triton model name (letters, digits, _ . -)")
-    max_batch = args.max_batch if args.max_batch is not None else max(batch, engine.max_batch, CROSS_CLIENT_BATCH)
+    max_batch = args.max_batch if args.max_batch is not None else max(batch, CROSS_CLIENT_BATCH)
     preferred = tuple(args.preferred_batch) or ((engine.max_batch,) if 1 < engine.max_batch <= max_batch else ())
     delay = args.queue_delay_us if args.queue_delay_us is not None else round(engine.max_delay_ms * 1000)
     if max_batch < 1 or delay < 0 or args.version < 1:
         raise ConfigError("--max-batch and --version must be at least 1, --queue-delay-us at least 0")
+    if max_batch < batch:
+        what = "engine.max_batch" if key == "model" else f"{key}.max_batch, or max_objects"
+        raise ConfigError(
+            f"{key}: --max-batch {max_batch} is below the batch framewire sends ({batch}: {what}): "
+            "Triton would refuse those requests"
+        )
     if any(not 1 <= size <= max_batch for size in preferred):
         raise ConfigError(
             f"--preferred-batch {list(preferred)}: each must be between 1 and max_batch_size {max_batch}"

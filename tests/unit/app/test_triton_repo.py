@@ -148,6 +148,7 @@ def test_link_keeps_a_model_framewire_serves_unchanged(tmp_path: Path) -> None:
         (["--instances", "cpu", "--platform", "tensorrt"], "runs on GPUs only"),
         (["--set", "model.path=nope.onnx"], "model.path: model file not found: nope.onnx"),
         (["--set", "engine.providers=[tensorrt]", "--set", "engine.precision=int8"], "engine.precision: int8"),
+        (["--max-batch", "2", "--set", "engine.max_batch=4"], "model: --max-batch 2 is below the batch framewire sends (4"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -158,6 +159,14 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not repo.exists()  # nothing written
+
+
+def test_secondary_crops_must_fit_the_max_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert make_repo(tmp_path / "models", "--max-batch", "16", config="ocr.yaml") == 2
+    assert "secondary.0: --max-batch 16 is below the batch framewire sends (32" in capsys.readouterr().err
+    assert make_repo(tmp_path / "models", "--max-batch", "16", "--set", "secondary.0.max_batch=16",
+                     "--set", "secondary.1.max_objects=8", config="ocr.yaml") == 0  # fmt: skip
+    assert read_config(tmp_path / "models" / OCR[1]).max_batch_size == 16
 
 
 def test_an_existing_version_is_kept_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
