@@ -185,7 +185,8 @@ def _base(config: Config, args: argparse.Namespace, key: str, path: str, name: s
     if not _NAME.match(name):
         raise ConfigError(f"{key}: {name!r} is not a usable Triton model name (letters, digits, _ . -)")
     max_batch = args.max_batch if args.max_batch is not None else max(batch, CROSS_CLIENT_BATCH)
-    preferred = tuple(args.preferred_batch) or ((engine.max_batch,) if 1 < engine.max_batch <= max_batch else ())
+    # A cascade's crops come in any number a frame: only the main model's batch is worth preferring.
+    preferred = tuple(args.preferred_batch) or ((batch,) if key == "model" and 1 < batch <= max_batch else ())
     delay = args.queue_delay_us if args.queue_delay_us is not None else round(engine.max_delay_ms * 1000)
     if max_batch < 1 or delay < 0 or args.version < 1:
         raise ConfigError("--max-batch and --version must be at least 1, --queue-delay-us at least 0")
