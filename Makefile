@@ -120,10 +120,12 @@ check-deploy:
 	  check-jsonschema==0.39.0 yamllint==1.38.0
 	$(DEPLOY_VENV)/bin/kubernetes-validate --strict --quiet deploy/kubernetes/[!k]*.yaml
 	$(DEPLOY_VENV)/bin/hadolint deploy/Dockerfile deploy/Dockerfile.gpu
-	$(DEPLOY_VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml
+	$(DEPLOY_VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec deploy/compose.yaml deploy/compose.gpu.yaml
 	$(DEPLOY_VENV)/bin/yamllint -d "{extends: relaxed, rules: {line-length: {max: 130}}}" deploy
 	sed 's|^ExecStart=[^ ]*|ExecStart=/bin/true|' deploy/framewire.service > $(DEPLOY_VENV)/framewire.service
 	systemd-analyze verify $(DEPLOY_VENV)/framewire.service
+	rm -rf $(DEPLOY_VENV)/sysroot && install -D -m 0644 deploy/framewire.sysusers $(DEPLOY_VENV)/sysroot/etc/sysusers.d/framewire.conf
+	systemd-sysusers --root=$(DEPLOY_VENV)/sysroot && grep -q '^framewire:' $(DEPLOY_VENV)/sysroot/etc/passwd
 
 clean:
 	rm -rf out .pytest_cache site

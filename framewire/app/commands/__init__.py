@@ -23,6 +23,7 @@ MODULES: tuple[str, ...] = (
     "framewire.app.commands.build_engine",
     "framewire.app.commands.doctor",
     "framewire.app.commands.quantize",
+    "framewire.app.commands.triton_repo",
     "framewire.app.commands.worker",
 )
 
