@@ -144,8 +144,21 @@ def _hint(error: Any, model: type[BaseModel] | None, also_known: Sequence[str]) 
     return keys.suggest(str(loc[-1]), known)
 
 
+# A task's parameters that name a file beside the model (a labels file): resolved like model.path.
+_FILE_PARAMS = ("labels",)
+
+
+def _files_found(params: Mapping[str, Any], find: Any) -> dict[str, Any]:
+    """The file parameters of a model's (extra) keys, each resolved: the update for model_copy."""
+    return {k: find(v) for k, v in params.items() if k in _FILE_PARAMS and isinstance(v, str)}
+
+
 def _is_union_tag(part: object) -> bool:
-    return isinstance(part, str) and part in {"video_file", "jsonl", "zmq"}
+    """A part of an error's location that names a union's member, not a key: a registered kind's
+    tag (`outputs.0.mqtt.host`) or pydantic's name for a member type (`function-after[...]`)."""
+    from framewire.registry import OUTPUTS, SOURCES
+
+    return isinstance(part, str) and ("[" in part or part in OUTPUTS or part in SOURCES)
 
 
 def _short(value: object) -> str:
@@ -235,8 +248,10 @@ def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
         if isinstance(s, SourceConfig) else s
         for s in config.sources
     )
-    model = config.model.model_copy(update={"path": find(config.model.path)})
-    secondary = tuple(s.model_copy(update={"path": find(s.path)}) for s in config.secondary)
+    model = config.model.model_copy(update={"path": find(config.model.path), **_files_found(config.model.params, find)})
+    secondary = tuple(
+        s.model_copy(update={"path": find(s.path), **_files_found(s.params, find)}) for s in config.secondary
+    )
     # A step's model file (`model:` of audio_features, vad, region) resolves like model.path.
     steps = tuple(
         s.model_copy(update={"model": find(s.params["model"])}) if isinstance(s.params.get("model"), str) else s

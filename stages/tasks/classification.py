@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, FilePath
+from pydantic import Field
 
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
@@ -34,7 +34,7 @@ class ClassificationParams(ImageParams):
         "stretch",
         description="stretch (classifiers' usual), letterbox or height: how the image fits the input.",
     )
-    labels: FilePath | tuple[str, ...] | None = Field(
+    labels: Path | tuple[str, ...] | None = Field(
         None, description="A labels file (one per line) or a list; default: the model's metadata `names`."
     )
     top_k: int = Field(1, ge=1, le=1000, description="How many classes to report, best first.")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, FilePath, field_validator
+from pydantic import Field, field_validator
 
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
@@ -50,7 +50,7 @@ class DetectionParams(ImageParams):
     box_units: Literal["pixels", "normalized"] = Field(
         "pixels", description="Boxes in model-input pixels, or normalised to 0-1 (some end-to-end exports)."
     )
-    labels: FilePath | tuple[str, ...] | None = Field(
+    labels: Path | tuple[str, ...] | None = Field(
         None, description="A labels file (one per line) or a list; default: the model's metadata `names`."
     )
     classes: tuple[int | str, ...] | None = Field(
