@@ -23,7 +23,6 @@ MODULES: tuple[str, ...] = (
     "framewire.app.commands.build_engine",
     "framewire.app.commands.doctor",
     "framewire.app.commands.quantize",
-    "framewire.app.commands.worker",
 )
 
 
