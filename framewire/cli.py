@@ -6,7 +6,6 @@ Installed, the same command is `framewire`.
     python run_pipeline.py run -c FILE [--set key.path=value ...]
     python run_pipeline.py validate -c FILE
     python run_pipeline.py subscribe --endpoint tcp://127.0.0.1:5560
-    python run_pipeline.py worker -c FILE --stage infer --connect tcp://HOST:5570  # on another host
 
 `--debug`, `-v` and `--log-format` go before or after the command. Exit codes: 0 done, 1 runtime
 failure, 2 bad config or usage.

@@ -40,17 +40,17 @@ class Frame:
     """Seconds since the epoch after which the frame is stale: the worker loop skips inference for
     it and the hub drops it (a live source's `max_staleness_ms`); None: never stale."""
     inline: dict[str, np.ndarray] | None = None
-    """On a worker of another host (pipeline.remote): the slot regions that came with the frame
-    and the buffers for the ones its stage writes, in place of the pool; None: use the pool."""
+    """A frame outside the daemon (a benchmark's hand-written loop, a test): its regions as plain
+    arrays, in place of the pool; None: use the pool."""
 
     def region(self, name: str) -> np.ndarray:
         """Region `name` (image, input, output) of this frame's slot: a view of shared memory, or
-        on a remote worker the buffer that came inline (read-only unless the stage writes it)."""
+        the array `inline` holds."""
         if self.inline is not None:
             try:
                 return self.inline[name]
             except KeyError:
-                raise RuntimeError(f"frame {self.source_id}#{self.seq}: region {name!r} did not come with it") from None
+                raise RuntimeError(f"frame {self.source_id}#{self.seq}: no region {name!r} in `inline`") from None
         if self.pool is None:
             raise RuntimeError(f"frame {self.source_id}#{self.seq} has no frame pool")
         return self.pool.view(self.slot, name)
@@ -134,14 +134,6 @@ class Stage(Protocol):
     `flush`, `stop`) and the capabilities the runtime reads from it instead of probing for them.
     """
 
-    reads: tuple[str, ...] = ()
-    """Frame-pool regions it reads (`image`, `input`, `output`): what travels with a frame to a
-    worker on another host."""
-    writes: tuple[str, ...] = ()
-    """Regions it writes: what a worker on another host sends back."""
-    scratch: tuple[str, ...] = ()
-    """Regions written and read inside the stage's own process only (a fused stage passes the model
-    input from its preprocess to its infer member): a worker on another host keeps them local."""
     max_batch: int = 1
     """Frames `process_batch` takes at once; above 1 the worker loop gathers batches (of any source)."""
     max_delay_ms: float = 0.0

@@ -10,7 +10,6 @@ from enum import Enum
 from typing import Any
 
 from framewire.pipeline.names import MIDDLE
-from framewire.pipeline.wire.remote import RemoteSettings
 
 
 class Policy(str, Enum):
@@ -107,8 +106,6 @@ class Plan:
     ordered: frozenset[str] = frozenset()
     """Middle stages that keep state per source (`Stage.ordered`): each source sticks to one of their
     workers and its frames reach it in seq order (pipeline.routing)."""
-    remote: RemoteSettings | None = None
-    """A tcp:// listener for workers on other hosts (the `worker` command); None: local only."""
     binds: tuple[tuple[str, str], ...] = ()
     """(config key, endpoint) of each address a worker will bind (a zmq output's): the supervisor
     checks them before it starts any, so one in use fails at once, naming its key."""

@@ -59,8 +59,6 @@ class _Seen:
 class CascadeStage(Stage):
     """Every secondary model, one engine each, in this worker."""
 
-    reads = ("image",)
-
     def __init__(self, secondaries: Sequence[Secondary], open_engine: Callable[[int, int], Engine]) -> None:
         """`open_engine(secondary index, worker index)` opens a secondary's engine in the worker."""
         self.secondaries = tuple(secondaries)

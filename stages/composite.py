@@ -295,9 +295,6 @@ class CompositeStage(Stage):
     """The composite stage: copies the decoded image into the slot's `output` region and draws the
     frame's result onto it with each composite in order, so outputs can show either image."""
 
-    reads = ("image",)
-    writes = ("output",)
-
     def __init__(self, composites: Sequence[Composite]) -> None:
         self.composites = tuple(composites)
 

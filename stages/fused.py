@@ -31,13 +31,6 @@ class _Members(Stage):
         if not members:
             raise ValueError("a fused stage needs at least one member")
         self.members = tuple(members)
-        self.reads = _reads(self.members)
-        self.writes = _writes(self.members)
-        self.scratch = tuple(
-            dict.fromkeys(w for _, stage in self.members for w in stage.writes if w not in self.writes)
-        )
-        """The slot regions one member writes for a later one, inside the process: a remote worker
-        keeps them in buffers of its own and does not send them back."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -89,29 +82,6 @@ class _Members(Stage):
     def pool_removed(self, pool: FramePool) -> None:
         for _, stage in self.members:
             stage.pool_removed(pool)
-
-
-def _reads(members: Sequence[tuple[str, Stage]]) -> tuple[str, ...]:
-    """The slot regions the members read that no earlier member writes: what a remote worker of the
-    fused stage must be sent (pipeline.remote)."""
-    found: list[str] = []
-    written: set[str] = set()
-    for _, stage in members:
-        found += [r for r in stage.reads if r not in written and r not in found]
-        written.update(stage.writes)
-    return tuple(found)
-
-
-def _writes(members: Sequence[tuple[str, Stage]]) -> tuple[str, ...]:
-    """The slot regions the members write that no later member reads: what a remote worker sends
-    back. A region passed from one member to the next (the model input, from preprocess to infer)
-    stays inside the fused stage; the stages after it (the outputs) read only the image and the
-    composited image."""
-    found: list[str] = []
-    for i, (_, stage) in enumerate(members):
-        later = {r for _, after in members[i + 1 :] for r in after.reads}
-        found += [w for w in stage.writes if w not in found and w not in later]
-    return tuple(found)
 
 
 def _run(name: str, stage: Stage, frame: Frame) -> Frame:

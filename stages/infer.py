@@ -20,8 +20,6 @@ log = logging.getLogger(__name__)
 class Infer(Stage):
     """One engine per worker process, created in `start` (sessions never cross a spawn)."""
 
-    reads = ("input",)
-
     def __init__(
         self,
         task: Task,

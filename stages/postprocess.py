@@ -9,7 +9,7 @@ from framewire.stages.tasks.base import Task
 
 
 class Postprocess(Stage):
-    """The model outputs travel inline: no slot region is read or written."""
+    """Decodes the model outputs, which travel inline, into the task's result."""
 
     def __init__(self, task: Task) -> None:
         self.task = task

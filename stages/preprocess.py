@@ -11,10 +11,6 @@ from framewire.stages.tasks.base import Task
 class Preprocess(Stage):
     """Writes the model input into the slot's `input` region; passes the task's meta on."""
 
-    reads = ("image",)
-    writes = ("input",)
-    """The slot regions it reads and writes: what travels with a frame to a worker on another host."""
-
     def __init__(self, task: Task) -> None:
         self.task = task
 

@@ -43,7 +43,6 @@ class Scheduled(Stage):
         self.stage = stage
         self.schedule = schedule
         self.last = last
-        self.reads, self.writes, self.scratch = stage.reads, stage.writes, stage.scratch
         self.max_batch, self.max_delay_ms, self.ordered = stage.max_batch, stage.max_delay_ms, stage.ordered
 
     def start(self, ctx: StageContext) -> None:

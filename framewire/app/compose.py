@@ -27,7 +27,6 @@ from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
-from framewire.pipeline.wire.remote import RemoteSettings
 from framewire import registry
 from framewire.pipeline import paths
 from framewire.pipeline.uris import local_path, redact, source_kind
@@ -366,24 +365,9 @@ def build_plan(
         members=members,
         ordered=frozenset(name for name, _, factory in middle if factory().ordered),
         restartable=frozenset(name for name, _, _ in middle),
-        remote=_remote(config),
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
         ),
-    )
-
-
-def _remote(config: Config) -> RemoteSettings | None:
-    t = config.transport
-    if t.listen is None:
-        return None
-    return RemoteSettings(
-        listen=t.listen,
-        curve_secret_key=t.curve_secret_key,
-        curve_clients=t.curve_clients,
-        timeout_s=t.remote_timeout_s,
-        wait_s=t.remote_wait_s,
-        remote_only=frozenset(t.remote_stages),
     )
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from framewire.pipeline import uris
 from framewire.pipeline.paths import fields as paths_fields
 from framewire.config.analytics import SourceAnalyticsConfig
 from framewire.config.base import _Model
@@ -62,6 +60,12 @@ class StagesConfig(_Model):
     )
 
 
+REMOVED_TRANSPORT_KEYS = (
+    "listen", "remote_stages", "remote_timeout_s", "remote_wait_s", "curve_secret_key", "curve_clients", "allow_plaintext"
+)
+"""The keys of the retired tcp:// listener for stage workers on other hosts (framewire 0.1)."""
+
+
 class TransportConfig(_Model):
     slots_per_source: int = Field(
         default=16, ge=2, le=1024, description="Frame-pool slots per source: frames in flight."
@@ -78,68 +82,21 @@ class TransportConfig(_Model):
     max_restarts: int = Field(
         default=5, ge=0, description="Restarts of one stage's workers per minute before the job fails."
     )
-    listen: str | None = Field(
-        default=None,
-        description="tcp://HOST:PORT where the hub also accepts workers from other hosts (the `worker` "
-        "command); null: local workers only. Off loopback it needs curve_secret_key.",
-    )
-    curve_secret_key: str | None = Field(
-        default=None,
-        description="CurveZMQ on `listen`: the hub's secret certificate (`keys` makes one); workers "
-        "connect with its public half.",
-    )
-    curve_clients: str | None = Field(
-        default=None,
-        description="CurveZMQ on `listen`: a folder of worker public certificates; only those may "
-        "join (required with curve_secret_key: a worker receives frames).",
-    )
-    allow_plaintext: bool = Field(
-        default=False,
-        description="Allow `listen` off loopback without CurveZMQ (a trusted, private network only).",
-    )
-    remote_stages: tuple[str, ...] = Field(
-        default=(),
-        description="Stages with no local worker, run only by `worker` commands on other hosts: "
-        "preprocess, infer, postprocess, composite, or an output by name (output0.video_file, ...); "
-        "with stages.fuse, infer runs preprocess to composite, and with stages.fuse_outputs, outputs "
-        "runs every output.",
-    )
-    remote_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        le=3600,
-        description="A remote worker silent this long (no result, no ping) is lost; its frames go "
-        "to other workers.",
-    )
-    remote_wait_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="Fail the job when a remote_stages stage has had no worker this long; null: wait.",
-    )
 
-    @model_validator(mode="after")
-    def _listen_is_safe(self) -> TransportConfig:
-        if self.listen is None:
-            if self.remote_stages or self.curve_secret_key or self.curve_clients:
-                raise ValueError("transport.listen: remote_stages and curve keys need a tcp://HOST:PORT to listen on")
-            return self
-        found = re.match(r"^tcp://(\[[0-9a-fA-F:]+\]|[^/:\[\]]+):(\d{1,5})$", self.listen)
-        if not found or not 0 < int(found.group(2)) < 65536:
-            raise ValueError(f"transport.listen: expected tcp://HOST:PORT, got {self.listen!r}")
-        if self.curve_secret_key and not self.curve_clients:
-            raise ValueError(
-                "transport.curve_clients: required with transport.curve_secret_key (a folder of the "
-                "workers' public certificates: a worker receives frames, so only known ones may join)"
-            )
-        if self.curve_clients and not self.curve_secret_key:
-            raise ValueError("transport.curve_secret_key: required with transport.curve_clients")
-        if not self.curve_secret_key and not self.allow_plaintext and not uris.is_loopback(found.group(1)):
-            raise ValueError(
-                f"transport.listen: {self.listen} is reachable from other hosts: set "
-                "transport.curve_secret_key and transport.curve_clients (or transport.allow_plaintext: "
-                "true on a trusted network)"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        """A config written for the remote stage workers fails on their keys, saying what replaced them."""
+        if isinstance(data, dict):
+            for key in REMOVED_TRANSPORT_KEYS:
+                if key in data:
+                    curve = "; CurveZMQ stays on zmq outputs and sources" if "curve" in key or "plain" in key else ""
+                    raise ValueError(
+                        f"transport.{key}: removed after framewire 0.1 with the remote stage workers (the "
+                        "`worker` command): run inference on Triton (engine.backend: triton) or share "
+                        f"sources across replicas (fleet:){curve}; docs: Guides, Past one machine"
+                    )
+        return data
 
 
 class HttpConfig(_Model):
@@ -218,12 +175,6 @@ class Config(_Model):
         self._check_secondary()
         self._check_analytics()
         self._steps_fit()
-        names = self.stage_names()
-        for name in self.transport.remote_stages:
-            if name not in names:
-                raise ValueError(
-                    f"transport.remote_stages: {name!r} is not a stage of this job ({', '.join(names)})"
-                )
         return self
 
     def _check_resume(self) -> None:
@@ -257,7 +208,7 @@ class Config(_Model):
             seen.add(step.stage)
 
     def stage_names(self) -> list[str]:
-        """The job's stages after decode, as the hub and the `worker` command name them: with
+        """The job's stages after decode, as the hub names them: with
         `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
         (and more than one output), one `outputs` stage runs every output."""
         names = [s.stage for s in self.steps] + [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])

@@ -102,7 +102,7 @@ def describe_validation_error(
 
 
 _KEYED = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*: ")
-"""A validator's message that starts with the key it is about: `listen: ...` or `transport.listen: ...`."""
+"""A validator's message that starts with the key it is about: `host: ...` or `http.host: ...`."""
 
 
 def _keyed(key: str, msg: str) -> str:

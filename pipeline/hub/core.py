@@ -8,8 +8,7 @@ carries a slot index, small tensors and the frame's header.
 
 The rooms around it, in this package: routing (which worker gets a frame next, each source's order
 and end of stream), inputs (the sources, their decode workers, pools and slots), lifecycle (the
-worker processes, watched and restarted), remote_hub (workers on other hosts), events (the outputs'
-announcements), header (what the hub reads of a message). What it counts goes to a `HubObserver`
+worker processes, watched and restarted), events (the outputs' announcements), header (what the hub reads of a message). What it counts goes to a `HubObserver`
 (the metrics); how a job is started, stopped, drained and reported is pipeline.run's business.
 docs/architecture.md draws a frame's path through them.
 """
@@ -30,8 +29,7 @@ from framewire.pipeline.hub.header import FrameKey, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import HubObserver
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Peer, RemotePeer, Roster
-from framewire.pipeline.hub.remote_hub import RemoteHub
+from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
 from framewire.pipeline.names import TRACK
 from framewire.pipeline.plan import Plan, Report
@@ -45,8 +43,8 @@ Progress = Callable[[int, int | None], None]
 
 
 class Hub:
-    """One job's hub, built whole: its ROUTER bound, its remote listener open, no worker started
-    yet (the runner starts them: `lifecycle`, `inputs`). Raises JobFailed when it cannot listen."""
+    """One job's hub, built whole: its ROUTER bound, no worker started yet (the runner starts them:
+    `lifecycle`, `inputs`). Raises JobFailed when it cannot bind."""
 
     def __init__(
         self,
@@ -77,16 +75,6 @@ class Hub:
         self.events = Events(observer, self.roster, plan, self.known_sources)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
-        self.remote: RemoteHub | None = None
-        """The tcp:// listener for workers on other hosts; None: local workers only."""
-        if plan.remote is not None:
-            try:
-                self.remote = RemoteHub(plan.remote, plan, self.router, self.inputs, self.roster, observer, self)
-            except BaseException:
-                self.sock.close(linger=0)
-                self.ctx.term()
-                raise
-            self.poller.register(self.remote.sock, zmq.POLLIN)
         self._next_tick = 0.0
 
     # --- the loop ------------------------------------------------------------------------------
@@ -105,8 +93,6 @@ class Hub:
         events = dict(self.poller.poll(TICK_MS))
         if self.sock in events:
             self.receive_all()
-        if self.remote is not None and self.remote.sock in events:
-            self.remote.receive_all()
         # Once a tick, not once a message: asking every process whether it lives costs a system
         # call each, which at hundreds of frames a second was a fifth of the hub's time.
         now = time.monotonic()
@@ -127,8 +113,6 @@ class Hub:
         for peer in self.lifecycle.kill_stalled(now):
             self.observer.on_worker_stalled(peer.stage)
         self._check_workers()
-        if self.remote is not None:
-            self.remote.check(now, self.all_done())
         self.lifecycle.restart_due(now)
         self.inputs.retire_finished(self.report, self._drop_pool)
         pids = {w.spec.title.removeprefix("framewire: "): w.process.pid for w in self.lifecycle.processes.values()}
@@ -182,11 +166,10 @@ class Hub:
         else:
             log.warning("unexpected %s message from %s", kind, peer.spec.title)
 
-    # --- a stage worker's answers, local or remote (remote_hub.FramePath) ---------------------
+    # --- a stage worker's answers --------------------------------------------------------------
 
-    def on_ready(self, peer: Peer, header: dict[str, Any]) -> None:
-        writes = None if isinstance(peer, RemotePeer) else frozenset(header.get("writes") or ())
-        peer.announce(int(header.get("credits", 1)), writes)
+    def on_ready(self, peer: LocalPeer, header: dict[str, Any]) -> None:
+        peer.announce(int(header.get("credits", 1)))
         provider = header.get("provider")
         if isinstance(provider, str):
             self.observer.on_provider(peer.stage, peer.index, provider)
@@ -196,7 +179,7 @@ class Hub:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
         self._grant_when_ready()
 
-    def on_result(self, peer: Peer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def on_result(self, peer: LocalPeer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         key = result.key
         peer.give_back(key)
         if key not in self.router.frames:
@@ -217,9 +200,9 @@ class Hub:
             self.observer.on_stage_done(key.source, stage, result.span(stage))
         if TRACK in members:
             self.observer.on_track_result(key.source, header.get("result"))
-        self.router.done(key, peer.stage, header, dict(tensors), peer.writes)
+        self.router.done(key, peer.stage, header, dict(tensors))
 
-    def on_failed(self, peer: Peer, key: FrameKey, error: str) -> None:
+    def on_failed(self, peer: LocalPeer, key: FrameKey, error: str) -> None:
         peer.give_back(key)
         if key not in self.router.frames:
             return
@@ -233,18 +216,18 @@ class Hub:
         self.observer.on_failed(key.source, peer.stage)
         self.router.fail(key, peer.stage, error)
 
-    def on_closed(self, peer: Peer, source: str) -> None:
+    def on_closed(self, peer: LocalPeer, source: str) -> None:
         """An output closed a source's files (a stage that keeps per-source state let go of it)."""
         record = self.inputs.sources.get(source)
         if record is not None and peer.stage in self.router.outputs:
             record.closed.add(peer.stage)
 
-    def on_event(self, peer: Peer, event: Any) -> None:
+    def on_event(self, peer: LocalPeer, event: Any) -> None:
         """An output's announcement: logged, counted, and passed to every output (hub.events)."""
         self.events.on_event(peer.stage, event)
 
-    def requeue(self, peer: Peer) -> list[FrameKey]:
-        """The frames a dead or lost worker held go to the next worker of its stage."""
+    def requeue(self, peer: LocalPeer) -> list[FrameKey]:
+        """The frames a dead worker held go to the next worker of its stage."""
         return self.router.requeue(peer.stage, peer)
 
     def _frame_done(self, key: FrameKey, state: FrameState) -> None:
@@ -286,16 +269,16 @@ class Hub:
     def _send_work(peer: Any, key: FrameKey, state: FrameState) -> bool:
         header = dict(state.header)
         header["type"] = msg.WORK
-        return bool(peer.send(header, peer.work(key, state)))
+        return bool(peer.send(header, state.tensors))
 
     @staticmethod
     def _send_end(peer: Any, source: str) -> None:
         peer.send({"type": msg.EOS, "source": source})
 
     def _drop_pool(self, source: str, pool: str) -> None:
-        """A retired source's pool: every local worker unmaps it."""
+        """A retired source's pool: every worker unmaps it."""
         for peer in self.roster.all():
-            if isinstance(peer, LocalPeer) and peer.ready:
+            if peer.ready:
                 peer.send({"type": msg.POOL, "source": source, "drop": pool})
 
     # --- deaths --------------------------------------------------------------------------------
@@ -327,13 +310,9 @@ class Hub:
     def close(self) -> None:
         """Stop the workers (bounded), unlink the pools, close the sockets."""
         self.lifecycle.stop_all()
-        if self.remote is not None:
-            self.remote.stop_all()
         self.inputs.close_pools()
         self.sock.close(linger=0)
         self.ctx.term()
-        if self.remote is not None:
-            self.remote.close()
 
     def fold_into(self, report: Report) -> None:
         """The sources still listed and the restarts, into the job's report."""

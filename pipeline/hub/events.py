@@ -3,8 +3,8 @@
 A video_file output that cuts its recording in segments announces each closed one (an EVENT
 message, media.segments.Segment.event). The hub logs it, tells its observer (the metrics) and passes
 it to every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
-zmq output as a message on the source's topic. An event may come from a worker on another host, so
-it is checked first: a bad one is dropped and counted like any bad message.
+zmq output as a message on the source's topic. An event is checked first, like every message off
+the wire: a bad one is dropped and counted like any bad message.
 """
 
 from __future__ import annotations

@@ -36,9 +36,6 @@ class HubObserver(Protocol):
     def on_worker_stalled(self, stage: str) -> None:
         """A worker of `stage` held a frame past `stall_timeout_s` and was killed."""
 
-    def on_remote_lost(self, stage: str) -> None:
-        """A worker on another host left, failed or went silent."""
-
     def on_provider(self, stage: str, index: int, provider: str) -> None:
         """The execution provider a worker says it runs on."""
 

@@ -1,10 +1,8 @@
-"""The workers as the hub sees them: one small interface for a stage worker, wherever it runs.
+"""The workers as the hub sees them.
 
-A `Peer` is a worker of a middle stage or an output: it has credits (frames it may still take), the
-frames it holds, the slot regions it reads and writes, and `send`. A `LocalPeer` is a child process
-reached over the hub's ipc:// socket; a `RemotePeer` is a `worker` command's process on another
-host, reached over the tcp:// listener, which takes the slot regions it reads inline. A decode
-worker is not a peer (it takes no work): it is a `DecodeWorker`, one per source.
+A `LocalPeer` is a worker of a middle stage or an output, a child process reached over the hub's
+ipc:// socket: it has credits (frames it may still take), the frames it holds, and `send`. A
+decode worker is not a peer (it takes no work): it is a `DecodeWorker`, one per source.
 """
 
 from __future__ import annotations
@@ -17,29 +15,30 @@ import numpy as np
 
 from framewire.pipeline.worker.hub_link import WorkerSpec
 from framewire.pipeline.hub.header import FrameKey
-from framewire.pipeline.hub.routing import FrameState
 
 Send = Callable[[bytes, dict[str, Any], Mapping[str, np.ndarray] | None], bool]
 """Send `header` and tensors to the peer with this identity on a socket; False if it is not reachable."""
 
 
-class Peer:
-    """A worker of a stage (or output), local or remote."""
+class LocalPeer:
+    """A worker of a stage (or output): a child process of this host, started from `spec`."""
 
-    def __init__(self, stage: str, index: int, name: str, send: Send, identity: bytes) -> None:
-        self.stage = stage
-        self.index = index
-        self.name = name
-        """How the logs call it: `infer[1]`, `remote infer host:123.0`."""
-        self.identity = identity
+    def __init__(self, spec: WorkerSpec, process: Any, send: Send) -> None:
+        self.stage = spec.stage
+        self.index = spec.index
+        self.name = spec.title.removeprefix("framewire: ")
+        """How the logs call it: `infer[1]`."""
+        self.identity = spec.identity
+        self.spec = spec
+        self.process = process
         self._send = send
         self.credits = 0
         self.ready = False
         self.finished = False
         self.inflight: dict[FrameKey, float] = {}
         """The frames it holds, with when each was sent (monotonic)."""
-        self.reads: frozenset[str] = frozenset()
-        self.writes: frozenset[str] = frozenset()
+        self.stalled: str | None = None
+        """Why the hub killed it as hung, for its death's message."""
 
     @property
     def available(self) -> bool:
@@ -54,16 +53,10 @@ class Peer:
     def send(self, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
         return self._send(self.identity, header, tensors)
 
-    def work(self, key: FrameKey, state: FrameState) -> Mapping[str, np.ndarray]:
-        """The tensors that go with a frame to this worker."""
-        return state.tensors
-
-    def announce(self, credits: int, writes: frozenset[str] | None = None) -> None:
-        """Its READY: the credits it asks for (less what it already holds) and what it writes."""
+    def announce(self, credits: int) -> None:
+        """Its READY: the credits it asks for (less what it already holds)."""
         self.ready = True
         self.credits = max(1, credits) - len(self.inflight)
-        if writes is not None:
-            self.writes = writes
 
     def give_back(self, key: FrameKey) -> bool:
         """An answer for a frame it held: the credit comes back. False if it did not hold it."""
@@ -72,45 +65,6 @@ class Peer:
         del self.inflight[key]
         self.credits += 1
         return True
-
-
-class LocalPeer(Peer):
-    """A child process of this host, started from `spec`."""
-
-    def __init__(self, spec: WorkerSpec, process: Any, send: Send) -> None:
-        super().__init__(spec.stage, spec.index, spec.title.removeprefix("framewire: "), send, spec.identity)
-        self.spec = spec
-        self.process = process
-        self.stalled: str | None = None
-        """Why the hub killed it as hung, for its death's message."""
-
-
-class RemotePeer(Peer):
-    """A worker on another host: its frames carry the slot regions it reads (wire.remote)."""
-
-    def __init__(
-        self,
-        stage: str,
-        index: int,
-        route: bytes,
-        send: Send,
-        *,
-        reads: frozenset[str],
-        writes: frozenset[str],
-        regions: Callable[[FrameKey, FrameState, frozenset[str]], Mapping[str, np.ndarray]],
-        now: float,
-    ) -> None:
-        super().__init__(stage, index, f"remote {stage} {peer_name(route)}", send, route)
-        self.reads = reads
-        self.writes = writes
-        self._regions = regions
-        self.last_seen = now
-
-    def work(self, key: FrameKey, state: FrameState) -> Mapping[str, np.ndarray]:
-        names = self.reads & state.written
-        if not names:
-            return state.tensors
-        return {**state.tensors, **self._regions(key, state, names)}
 
 
 @dataclass
@@ -136,31 +90,26 @@ class DecodeWorker:
 
 @dataclass
 class Roster:
-    """The peers of every stage, local and remote, by stage name."""
+    """The peers of every stage, by stage name."""
 
-    by_stage: dict[str, list[Peer]] = field(default_factory=dict)
+    by_stage: dict[str, list[LocalPeer]] = field(default_factory=dict)
 
-    def of(self, stage: str) -> list[Peer]:
+    def of(self, stage: str) -> list[LocalPeer]:
         return self.by_stage.get(stage, [])
 
-    def add(self, peer: Peer) -> None:
-        """Add `peer`; a local one replaces the dead worker of the same index it restarts."""
+    def add(self, peer: LocalPeer) -> None:
+        """Add `peer`; it replaces the dead worker of the same index it restarts."""
         peers = self.by_stage.setdefault(peer.stage, [])
-        if isinstance(peer, LocalPeer):
-            peers[:] = [p for p in peers if not (isinstance(p, LocalPeer) and p.index == peer.index)]
+        peers[:] = [p for p in peers if p.index != peer.index]
         peers.append(peer)
 
-    def remove(self, peer: Peer) -> None:
+    def remove(self, peer: LocalPeer) -> None:
         self.by_stage[peer.stage] = [p for p in self.of(peer.stage) if p is not peer]
 
     def has_ready(self, stage: str) -> bool:
         return any(peer.ready for peer in self.of(stage))
 
-    def all(self) -> Iterator[Peer]:
+    def all(self) -> Iterator[LocalPeer]:
         for peers in self.by_stage.values():
             yield from peers
 
-
-def peer_name(route: bytes) -> str:
-    """A remote peer's routing id, readable and bounded, for the logs."""
-    return route[:64].decode("utf-8", "replace")

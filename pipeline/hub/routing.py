@@ -52,8 +52,6 @@ class FrameState:
     """Index of the middle stage it is at; len(stages) once it is past them."""
     refs: int = 0
     """Outputs still to write it."""
-    written: frozenset[str] = frozenset({"image"})
-    """The slot regions written so far (decode writes the image): what a remote reader may get."""
 
     @property
     def slot(self) -> int:
@@ -61,7 +59,7 @@ class FrameState:
 
 
 class Assignee(Protocol):
-    """What routing needs of a worker (hub.peers.Peer)."""
+    """What routing needs of a worker (hub.peers.LocalPeer)."""
 
     @property
     def available(self) -> bool: ...
@@ -195,14 +193,7 @@ class Router:
         pos = state.stage_pos
         return state if pos < len(self.stages) and self.stages[pos] == stage else None
 
-    def done(
-        self,
-        key: FrameKey,
-        stage: str,
-        header: dict[str, Any],
-        tensors: dict[str, np.ndarray],
-        writes: frozenset[str] = frozenset(),
-    ) -> bool:
+    def done(self, key: FrameKey, stage: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> bool:
         """`stage` finished the frame: on to the next stage, or to the reorder buffer."""
         state = self.at(key, stage)
         if state is None:
@@ -210,7 +201,6 @@ class Router:
         state.header = header
         state.tensors = tensors
         state.stage_pos += 1
-        state.written = state.written | writes
         self._advance(key)
         return True
 

@@ -3,7 +3,7 @@
 Kept out of the supervisor, which runs frames: this room answers an operator. Liveness and
 readiness are separate questions (a Kubernetes liveness probe restarts a daemon; a readiness probe
 only stops sending it work): live is "the hub loop turns", ready is "every stage has a worker and
-the daemon is not stopping", so a daemon that waits for remote workers is live but not ready.
+the daemon is not stopping", so a daemon whose workers are still starting is live but not ready.
 """
 
 from __future__ import annotations
@@ -47,15 +47,14 @@ class Health:
 
     def _not_ready(self, live: bool) -> str | None:
         """Why not ready, or None. Until the sources get their slots every stage needs a worker up;
-        after that only the stages that run on other hosts alone do (a local worker that died is
-        restarted in a moment, and its frames wait meanwhile)."""
+        after that a worker that died does not make it unready (it is restarted in a moment, and its
+        frames wait meanwhile)."""
         if not live:
             return "the hub loop is not turning"
         if self.stopping():
             return "stopping"
         granting = self.inputs.granting
-        remote_only = self.plan.remote.remote_only if self.plan.remote is not None else frozenset()
-        waiting = [n for n in self.roster.by_stage if (not granting or n in remote_only) and not self.roster.has_ready(n)]
+        waiting = [n for n in self.roster.by_stage if not granting and not self.roster.has_ready(n)]
         if waiting:
             return f"waiting for a worker of {', '.join(waiting)}"
         return None if granting else "starting"

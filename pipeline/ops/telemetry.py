@@ -45,7 +45,6 @@ FAMILIES = (
     ("framewire_audio_gap_seconds_total", "counter", "Seconds of a source's audio that never arrived (filled with silence)."),
     ("framewire_worker_restarts_total", "counter", "Workers restarted after they died, per stage."),
     ("framewire_worker_stalls_total", "counter", "Workers killed as hung (a frame held past stages.stall_timeout_s)."),
-    ("framewire_remote_workers_lost_total", "counter", "Remote workers that left, failed or went silent."),
     ("framewire_source_moves_total", "counter",
      "Sources moved to another worker of a stage that keeps per-source state, because theirs died."),
     ("framewire_workers", "gauge", "Workers up, per stage."),
@@ -95,9 +94,6 @@ class Telemetry:
 
     def on_worker_stalled(self, stage: str) -> None:
         self.metrics.inc("framewire_worker_stalls_total", stage=stage)
-
-    def on_remote_lost(self, stage: str) -> None:
-        self.metrics.inc("framewire_remote_workers_lost_total", stage=stage)
 
     def on_provider(self, stage: str, index: int, provider: str) -> None:
         self.metrics.set("framewire_provider_info", 1, stage=stage, index=index, provider=provider)

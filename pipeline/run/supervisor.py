@@ -1,8 +1,8 @@
 """The supervisor: how one job runs, from its plan to its report.
 
 `Supervisor(plan)` builds the job whole before any process starts: it checks that the addresses the
-outputs will bind are free, and binds the hub (pipeline.hub.core.Hub, which runs the frames), its
-remote listener and the HTTP server (pipeline.ops). An address in use fails there, in one line that
+outputs will bind are free, and binds the hub (pipeline.hub.core.Hub, which runs the frames) and
+the HTTP server (pipeline.ops). An address in use fails there, in one line that
 names it and its config key. `run()` then removes the pools that killed daemons left behind, starts
 the workers, turns the hub until every source is done, drains on SIGINT/SIGTERM or `request_stop`,
 stops everything and returns the `Report`. The metrics watch the hub as its
@@ -107,13 +107,11 @@ class Supervisor:
 
     def _spawn_all(self) -> None:
         plan, hub = self.plan, self._hub
-        remote_only = plan.remote.remote_only if plan.remote is not None else frozenset()
         for name, count, factory in plan.middle:
-            for index in range(0 if name in remote_only else count):
+            for index in range(count):
                 hub.lifecycle.start_stage(name, index, factory)
         for index, (name, factory) in enumerate(plan.outputs):
-            if name not in remote_only:
-                hub.lifecycle.start_stage(name, 0, factory, label=f"output[{index}]")
+            hub.lifecycle.start_stage(name, 0, factory, label=f"output[{index}]")
         for source in plan.sources:
             hub.inputs.add(source)
 

@@ -1,4 +1,4 @@
-"""CurveZMQ for every tcp link: the zmq output, the ZeroMQ source and the hub's tcp listener.
+"""CurveZMQ for every tcp link: the zmq output, the ZeroMQ source and their clients (framewire.client).
 
 A server socket gets its key pair from the secret certificate `run_pipeline.py keys` writes
 (`NAME.key_secret`); a ZAP handler (pyzmq's ThreadAuthenticator, one per context) then admits the

@@ -1,7 +1,7 @@
 """The loop every stage worker process runs (preprocess, infer, postprocess, composite, outputs).
 
 A worker connects to the hub, says READY with the frames it may hold (its credits) and what its
-stage declares (the slot regions it reads and writes, what it runs on), and then handles what the
+stage declares (what it runs on), and then handles what the
 hub sends: WORK (one frame: exactly one RESULT or FAILED goes back, which is also the credit coming
 back), STREAM (a source's info, before its first frame), POOL with `drop` (a retired source's pool:
 unmap it), EOS (a source ended: flush and answer CLOSED) and STOP. A stage with `max_batch > 1`
@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 
 from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.wire import remote
 from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.pipeline.wire.framepool import PoolCache
-from framewire.pipeline.worker.hub_link import HubConnection, RemoteWatch, SupervisorWatch, WorkerSpec, setup_process
+from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
 from framewire.pipeline.names import STALE_BEFORE
 
 log = logging.getLogger(__name__)
@@ -45,16 +44,11 @@ def worker_main(spec: WorkerSpec) -> None:
     except BaseException as exc:  # start-up failures stop the worker loudly
         code = getattr(exc, "exit_code", 1)
         log.debug("start-up failed", exc_info=True)
-        if spec.remote is not None:  # nobody else sees this host's log
-            log.error("%s worker cannot start: %s", spec.stage, one_line(exc))
         conn.send({"type": msg.FATAL, "error": one_line(exc), "exit": code})
         conn.close()
         os._exit(3)
-    ready = _ready(spec, stage)
-    watch = RemoteWatch(conn, ready, spec.supervisor_pid) if conn.monitor is not None else SupervisorWatch(
-        spec.supervisor_pid
-    )
-    conn.send(ready)
+    watch = SupervisorWatch(spec.supervisor_pid)
+    conn.send(_ready(spec, stage))
     pools = PoolCache(on_attach=stage.pool_added, on_detach=stage.pool_removed)
     try:
         _Loop(conn, stage, pools, context.streams, watch, spec).run()
@@ -63,18 +57,12 @@ def worker_main(spec: WorkerSpec) -> None:
             pools.close()
             stage.stop()
         finally:
-            if watch.stopping:
-                conn.send({"type": msg.BYE})
             conn.close()
 
 
 def _ready(spec: WorkerSpec, stage: Stage) -> dict[str, Any]:
     ready: dict[str, Any] = {"type": msg.READY, "stage": spec.stage, "index": spec.index, "credits": spec.credits}
     ready.update(stage.describe())  # e.g. the execution provider an infer worker ended up with
-    # The slot regions the stage touches: the hub sends a remote worker these with each frame.
-    ready["reads"], ready["writes"] = list(stage.reads), list(stage.writes)
-    if spec.remote is not None:
-        ready["inline"] = True
     return ready
 
 
@@ -101,7 +89,7 @@ class _Loop:
         self.backlog: deque[Message] = deque()
 
     def run(self) -> None:
-        while not self.watch.stopping:
+        while True:
             received = self._next()
             if received is None:
                 if self.watch.gone():
@@ -109,7 +97,6 @@ class _Loop:
                     return
                 continue
             header, tensors = received
-            self.watch.hear(header)
             kind = header["type"]
             if kind == msg.WORK and self.batch_limit > 1:
                 batch = [(header, tensors)]
@@ -130,9 +117,6 @@ class _Loop:
                     pass
                 self.conn.send({"type": msg.CLOSED, "source": source})
             elif kind == msg.STOP:
-                if header.get("error"):  # the hub refused a remote worker
-                    log.error("the hub refused this worker: %s", header["error"])
-                    raise SystemExit(2)
                 return
 
     def _event(self, event: Any) -> None:
@@ -219,27 +203,13 @@ class _Loop:
             self._reply(out, with_tensors=True)
 
     def _frame(self, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> Frame:
-        """The frame a WORK describes: on the pool here, or, on another host, on the regions that came
-        inline (checked against the pool's layout) and fresh buffers for those the stage writes."""
-        if self.spec.remote is None:
-            return Frame.from_wire(header, tensors, self.pools)
-        plain, regions = remote.split_regions(tensors)
-        frame = Frame.from_wire(header, plain, None)
-        # A fused stage's members also pass regions between them (`scratch`): buffers here, never sent back.
-        writable = self.stage.writes + self.stage.scratch
-        frame.inline = remote.inline_regions(header, regions, self.stage.reads, writable)
-        return frame
+        """The frame a WORK describes, on its slot of the pool."""
+        return Frame.from_wire(header, tensors, self.pools)
 
     def _reply(self, frame: Frame, *, with_tensors: bool) -> None:
         reply = frame.to_header()
         reply.update(type=msg.RESULT, stage=self.spec.stage)
-        tensors = frame.tensors if with_tensors else None
-        if frame.inline is not None:  # a remote worker: the regions it wrote go back to the hub's pool
-            tensors = dict(tensors or {})
-            for name in self.stage.writes:
-                if name in frame.inline:
-                    tensors[remote.REGION_PREFIX + name] = frame.inline[name]
-        self.conn.send(reply, tensors)
+        self.conn.send(reply, frame.tensors if with_tensors else None)
 
     def _stale(self, header: dict[str, Any]) -> bool:
         """A frame past its deadline before inference is not worth the time: say so, without

@@ -90,7 +90,6 @@ class VideoFileSink(_PerSource):
     """H.264 MP4 per source, same frame count and timestamps as the source, audio copied through:
     one file, or segments of `segment_s` with retention, each closed one announced (media.segments)."""
 
-    reads = ("image", "output")  # the composited image when there is one (record.composited_image)
     Config = VideoFileOutput  # `kind: video_file` (the framewire.outputs entry)
 
     def __init__(self, config: VideoFileOutput) -> None:
@@ -168,7 +167,6 @@ class VideoFileSink(_PerSource):
 class JsonlSink(_PerSource):
     """One JSON record per frame, per source."""
 
-    reads: tuple[str, ...] = ()
     Config = JsonlOutput
 
     def __init__(self, config: JsonlOutput) -> None:
@@ -212,7 +210,6 @@ class ZmqSink(Stage):
 
     def __init__(self, config: ZmqOutput) -> None:
         self.config = config
-        self.reads = ("image", "output") if config.jpeg else ()
         self.publisher = Publisher(
             config.endpoint,
             config.mode,

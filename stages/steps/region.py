@@ -69,7 +69,6 @@ class Region(Step):
     kind: ClassVar[str] = "region"
     Params = RegionParams
     params: RegionParams
-    reads = ("image",)
 
     def __init__(self, params: StepParams, name: str, engine: EngineConfig, rate: int) -> None:
         super().__init__(params, name, engine, rate)

@@ -175,7 +175,7 @@ def test_every_command_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     help_text = run_cli("--help").stdout
     commands = next(group for group in re.findall(r"\{([a-z,-]+)\}", help_text) if "run" in group).split(",")
-    assert set(commands) >= {"run", "validate", "subscribe", "keys", "worker", "bench", "build-engine", "quantize"}
+    assert set(commands) >= {"run", "validate", "subscribe", "keys", "bench", "build-engine", "quantize"}
     for command in commands:
         assert f"run_pipeline.py {command}" in readme, command
     assert "framewire run -c" in readme  # the installed command

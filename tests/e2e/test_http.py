@@ -126,24 +126,3 @@ def test_sources_that_cannot_be_read_are_refused_or_failed_and_ended_ones_stay(t
             proc.communicate()
     assert proc.returncode == 1 and "framewire: error: " in err and "junk" in err  # a source failed: exit 1
 
-
-def test_live_but_not_ready_while_waiting_for_remote_workers(tmp_path: Path) -> None:
-    port, listen = free_port(), free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = start_cli(*face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", "--set", "http.enabled=true",
-                               "--set", f"http.port={port}", "--set", f"transport.listen=tcp://127.0.0.1:{listen}",
-                               "--set", "transport.remote_stages=[infer]"))  # fmt: skip
-    try:
-        wait_until(lambda: get(url + "/livez")[0] == 200, proc)
-        # The local outputs start in a moment; the infer stage runs only on other hosts: none came.
-        wait_until(lambda: get(url + "/readyz")[1].endswith('"waiting for a worker of infer"}'), proc)
-        status, body = get(url + "/readyz")
-        assert (status, json.loads(body)) == (503, {"ready": False, "reason": "waiting for a worker of infer"})
-        assert json.loads(get(url + "/livez")[1]) == {"live": True}
-        assert get(url + "/healthz", "HEAD") == (503, "")
-        assert call(url + "/stop", "POST")[0] == 202
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()

@@ -32,7 +32,6 @@ def taken() -> Iterator[int]:
     [
         ("outputs.2.endpoint", ["outputs.2.endpoint=tcp://127.0.0.1:{port}"], "tcp://127.0.0.1:{port}"),
         ("http.port", ["http.enabled=true", "http.port={port}"], "127.0.0.1:{port}"),
-        ("transport.listen", ["transport.listen=tcp://127.0.0.1:{port}"], "tcp://127.0.0.1:{port}"),
     ],
 )
 def test_an_address_in_use_fails_fast_in_one_line(

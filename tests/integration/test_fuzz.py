@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -92,44 +91,3 @@ def test_fuzzed_messages_never_stop_the_job(tmp_path: Path) -> None:
         sock.close()
     ctx.term()
     assert_every_frame_out(tmp_path, report(), supervisor, sent)
-
-
-def remote_garbage(rng: random.Random) -> list[bytes]:
-    """What a stranger might send to the tcp:// listener: bytes, READYs that break the rules, and
-    results for frames it was never given."""
-    kind = rng.randrange(4)
-    if kind == 0:
-        return [rng.randbytes(rng.randrange(0, 200))]
-    if kind == 1:
-        ready = rng.choice([
-            {"stage": "decode", "credits": 2, "inline": True},
-            {"stage": "infer", "credits": 10**9, "inline": True},
-            {"stage": "infer", "credits": 2},  # not inline: it could not reach the frame pool
-            {"stage": "infer", "credits": 2, "inline": True, "reads": "image"},
-        ])  # fmt: skip
-        return [msgpack.packb({"v": 1, "type": "ready", **ready})]
-    if kind == 2:
-        return [msgpack.packb({"v": 1, "type": "result", "source": "a", "seq": rng.randrange(200),
-                               "tensors": [["region:image", "uint8", [2**16, 2**16, 3]]]}), b""]  # fmt: skip
-    return garbage(rng)
-
-
-def test_fuzzed_messages_on_the_remote_listener_never_stop_the_job(tmp_path: Path) -> None:
-    from framewire.pipeline.wire.remote import RemoteSettings
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    # Loopback: plain text is allowed.
-    supervisor, report = started(plan_of(tmp_path, remote=RemoteSettings(listen=f"tcp://127.0.0.1:{port}")))
-    ctx = zmq.Context()
-    rng = random.Random(11)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, b"stranger")
-    sock.setsockopt(zmq.LINGER, 5000)
-    sock.connect(f"tcp://127.0.0.1:{port}")
-    for _ in range(300):
-        sock.send_multipart(remote_garbage(rng))
-    sock.close()
-    ctx.term()
-    assert_every_frame_out(tmp_path, report(), supervisor, 300)

@@ -18,7 +18,6 @@ import pytest
 
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
-from framewire.pipeline.wire.remote import RemoteSettings
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
@@ -303,7 +302,7 @@ def test_the_workers_of_a_killed_supervisor_remove_its_shared_memory(tmp_path: P
             os.unlink(os.path.join("/dev/shm", name))
 
 
-@pytest.mark.parametrize("where", ["outputs.0.endpoint", "http.port", "transport.listen"])
+@pytest.mark.parametrize("where", ["outputs.0.endpoint", "http.port"])
 def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_path: Path, where: str) -> None:
     """Built whole: the constructor binds (or, for what a worker binds, checks) every address first."""
     with socket.socket() as held:
@@ -313,7 +312,6 @@ def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_pa
         overrides: dict[str, Any] = {
             "outputs.0.endpoint": {"binds": (("outputs.0.endpoint", f"tcp://127.0.0.1:{port}"),)},
             "http.port": {"http": HttpSettings(port=port)},
-            "transport.listen": {"remote": RemoteSettings(listen=f"tcp://127.0.0.1:{port}")},
         }[where]
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         started = time.monotonic()

@@ -24,7 +24,6 @@ MODULES: tuple[str, ...] = (
     "framewire.app.commands.doctor",
     "framewire.app.commands.quantize",
     "framewire.app.commands.triton_repo",
-    "framewire.app.commands.worker",
 )
 
 

@@ -133,66 +133,47 @@ def test_resolve_path() -> None:
     assert resolve_path("out/{source_id}.mp4", "cam0") == "out/cam0.mp4"
 
 
-# --- transport.listen: workers on other hosts --------------------------------------------------
+# --- the keys of the retired remote stage workers ------------------------------------------------
 
-
-def test_the_hub_listens_on_tcp_only_when_asked() -> None:
-    assert load(MINIMAL).transport.listen is None
-    config = load(MINIMAL, "transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[infer]")
-    assert config.transport.listen == "tcp://127.0.0.1:5570" and config.transport.remote_stages == ("infer",)
+RETIRED = (
+    "transport.{key}: removed after framewire 0.1 with the remote stage workers (the `worker` command): run "
+    "inference on Triton (engine.backend: triton) or share sources across replicas (fleet:){curve}; docs: "
+    "Guides, Past one machine"
+)
 
 
 @pytest.mark.parametrize(
-    ("overrides", "expected"),
+    ("key", "value"),
     [
-        (
-            ["transport.listen=tcp://0.0.0.0:5570"],
-            "transport.listen: tcp://0.0.0.0:5570 is reachable from other hosts: set transport.curve_secret_key",
-        ),
-        (["transport.listen=ipc:///tmp/x.sock"], "transport.listen: expected tcp://HOST:PORT"),
-        (["transport.listen=tcp://10.0.0.1:99999"], "transport.listen: expected tcp://HOST:PORT"),
-        (
-            ["transport.listen=tcp://0.0.0.0:5570", "transport.curve_secret_key=hub.key_secret"],
-            "transport.curve_clients: required with transport.curve_secret_key",
-        ),
-        (["transport.remote_stages=[infer]"], "transport.listen: remote_stages and curve keys need"),
-        (
-            ["transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[decode]"],
-            "transport.remote_stages: 'decode' is not a stage of this job (preprocess, infer, postprocess, "
-            "output0.jsonl)",
-        ),
+        ("listen", "tcp://127.0.0.1:5570"),
+        ("remote_stages", "[infer]"),
+        ("remote_timeout_s", "10"),
+        ("remote_wait_s", "null"),
+        ("curve_secret_key", "keys/hub.key_secret"),
+        ("curve_clients", "keys/workers"),
+        ("allow_plaintext", "false"),
     ],
 )
-def test_bad_listen_settings_are_one_line_errors(overrides: list[str], expected: str) -> None:
-    assert expected in error_of(MINIMAL, *overrides)
+def test_a_retired_transport_key_says_what_replaced_it(key: str, value: str) -> None:
+    curve = "; CurveZMQ stays on zmq outputs and sources" if key.startswith(("curve", "allow")) else ""
+    assert error_of(MINIMAL, f"transport.{key}={value}") == "test.yaml: " + RETIRED.format(key=key, curve=curve)
 
 
-def test_off_loopback_the_hub_needs_curve_or_an_explicit_plaintext() -> None:
-    curve = load(
-        MINIMAL,
-        "transport.listen=tcp://0.0.0.0:5570",
-        "transport.curve_secret_key=keys/hub.key_secret",
-        "transport.curve_clients=keys/workers",
-    )
-    assert curve.transport.curve_clients == "keys/workers"
-    plain = load(MINIMAL, "transport.listen=tcp://10.1.2.3:5570", "transport.allow_plaintext=true")
-    assert plain.transport.allow_plaintext
-    assert load(MINIMAL, "transport.listen=tcp://[::1]:5570").transport.listen == "tcp://[::1]:5570"
+def test_a_retired_key_in_the_file_fails_beside_valid_transport_keys() -> None:
+    text = MINIMAL + "transport:\n  slots_per_source: 8\n  remote_stages: [infer]\n  listen: tcp://127.0.0.1:5570\n"
+    assert error_of(text) == "test.yaml: " + RETIRED.format(key="listen", curve="")
+    assert load(MINIMAL, "transport.slots_per_source=8").transport.slots_per_source == 8
 
 
 def test_outputs_are_stages_by_name() -> None:
-    config = load(MINIMAL, "transport.listen=tcp://localhost:5570", "transport.remote_stages=[output0.jsonl]")
-    assert config.stage_names()[-1] == "output0.jsonl"
+    assert load(MINIMAL).stage_names()[-1] == "output0.jsonl"
 
 
-def test_fused_stages_are_the_stages_a_remote_worker_can_take() -> None:
+def test_fused_stages_and_outputs_are_one_stage_each() -> None:
     two = "outputs=[{kind: jsonl, path: a.jsonl}, {kind: video_file, path: a.mp4}]"
     fused = load(MINIMAL, two, "stages.fuse=true", "stages.fuse_outputs=true")
     assert fused.stage_names() == ["infer", "outputs"]
     assert load(MINIMAL, "stages.fuse_outputs=true").stage_names() == ["preprocess", "infer", "postprocess", "output0.jsonl"]
-    expected = "transport.remote_stages: 'preprocess' is not a stage of this job (infer, outputs)"
-    listen = ("transport.listen=tcp://127.0.0.1:5570", "transport.remote_stages=[preprocess]")
-    assert expected in error_of(MINIMAL, two, "stages.fuse=true", "stages.fuse_outputs=true", *listen)
 
 
 def test_a_stall_timeout_is_on_by_default_and_can_be_off() -> None:

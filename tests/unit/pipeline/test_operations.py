@@ -12,7 +12,6 @@ import pytest
 from framewire.pipeline.plan import Plan
 from framewire.pipeline.ops.service import Health
 from framewire.pipeline.hub.peers import Roster
-from framewire.pipeline.wire.remote import RemoteSettings
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,10 +25,9 @@ class _Roster(Roster):
         return stage in self.up
 
 
-def plan(remote_only: frozenset[str] = frozenset()) -> Plan:
-    remote = RemoteSettings(listen="tcp://127.0.0.1:5999", remote_only=remote_only) if remote_only else None
+def plan() -> Plan:
     return Plan(middle=(("infer", 1, functools.partial(int)),), outputs=(("out", functools.partial(int)),),
-                sources=(), slot_layout=lambda source, info: {}, remote=remote)  # fmt: skip
+                sources=(), slot_layout=lambda source, info: {})  # fmt: skip
 
 
 def health(p: Plan, roster: _Roster, stopping: bool = False, granting: bool = False) -> Health:
@@ -45,13 +43,10 @@ def test_live_but_not_ready_while_waiting_for_workers() -> None:
     assert health(plan(), roster, granting=True)() == {"live": True, "ready": True}
 
 
-def test_a_restarting_local_worker_keeps_it_ready_a_missing_remote_one_does_not() -> None:
+def test_a_restarting_worker_keeps_it_ready() -> None:
     roster = _Roster(["infer", "out"])
     roster.up = {"out"}
     assert health(plan(), roster, granting=True)()["ready"] is True
-    remote = plan(frozenset({"infer"}))
-    assert health(remote, roster, granting=True)() == {
-        "live": True, "ready": False, "reason": "waiting for a worker of infer"}  # fmt: skip
 
 
 def test_stopping_is_not_ready_and_a_stuck_loop_is_not_live() -> None:

@@ -160,20 +160,3 @@ def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
     stage = fused.middle[0][2]()
     assert isinstance(stage, Fused) and stage.names == ("preprocess", "infer", "postprocess", "composite")
 
-
-class _Regions(Stage):
-    def __init__(self, reads: tuple[str, ...], writes: tuple[str, ...]) -> None:
-        self.reads, self.writes = reads, writes
-
-
-def test_a_fused_stage_reads_what_comes_in_and_writes_what_leaves() -> None:
-    # What a remote worker of the fused stage is sent and sends back (pipeline.remote): the model
-    # input passes from preprocess to infer inside the process; the composited image leaves it.
-    fused = Fused([
-        ("preprocess", _Regions(("image",), ("input",))),
-        ("infer", _Regions(("input",), ())),
-        ("postprocess", _Regions((), ())),
-        ("composite", _Regions(("image",), ("output",))),
-    ])  # fmt: skip
-    assert (fused.reads, fused.writes, fused.scratch) == (("image",), ("output",), ("input",))
-    assert (Fused([("infer", _Regions(("input",), ()))]).reads, Fused([("x", _Regions((), ()))]).writes) == (("input",), ())
