@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    run.add_argument("--shard", metavar="I/N", help="run only replica I of N's share of the sources (0-based; "
+                     "auto: I from the hostname's -<n>, N from FRAMEWIRE_REPLICAS): sets fleet.shard")  # fmt: skip
 
     validate = sub.add_parser("validate", help="check a config and its model against its task")
     add_config_args(validate)
@@ -211,7 +213,7 @@ def _run(args: argparse.Namespace, level: int) -> int:
     """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
     from framewire.runner import start
 
-    config = load_job(args)
+    config = load_job(args, [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else [])
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     job = start(config, log_level=level, log_format=args.log_format, progress=progress)
     handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -71,6 +71,25 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """This daemon as one replica of a fleet that shares its sources through a store (pipeline.ops.fleet)."""
+
+    store: str
+    """The coordination store's URL (redis://host:port/db)."""
+    replica: str
+    """This replica's id in the fleet (unique among the live replicas)."""
+    lease_s: float = 10.0
+    """A replica that has not renewed its leases for this long has its sources taken over."""
+    namespace: str = "framewire"
+    """The prefix of the store's keys: fleets sharing one store use different ones."""
+    seed: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """(source id, `sources:` item) of the config's sources: added to the wanted sources at start."""
+    resume: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda item: item
+    """The item of a source started again (taken over from a replica that died): a file source's with
+    `resume: true`, so it continues where its outputs stop."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The job, as processes: built by the layer that knows models (app.plan), run here."""
 
@@ -112,6 +131,8 @@ class Plan:
     binds: tuple[tuple[str, str], ...] = ()
     """(config key, endpoint) of each address a worker will bind (a zmq output's): the supervisor
     checks them before it starts any, so one in use fails at once, naming its key."""
+    fleet: FleetSettings | None = None
+    """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
 
     @property
     def stage_names(self) -> tuple[str, ...]:

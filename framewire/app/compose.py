@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from framewire.app import fleet
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
@@ -312,6 +313,7 @@ def build_plan(
     """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
     command on a host that runs another stage than infer; `check_inputs_outputs=False` skips
     `check_io` (sources are videos, outputs can be written), for a host that runs neither."""
+    config = fleet.local_part(config)  # a static shard: this replica's sources alone
     check(config)
     if check_inputs_outputs:
         check_io(config)
@@ -337,6 +339,9 @@ def build_plan(
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
     sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source) for s in config.sources)
+    fleet_settings = fleet.settings(config)
+    if fleet_settings is not None:  # a fleet's replica starts the sources it claims in the store
+        sources = ()
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -363,6 +368,7 @@ def build_plan(
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
         ),
+        fleet=fleet_settings,
     )
 
 
@@ -384,7 +390,8 @@ def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
         return None
-    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+    keep_running = h.keep_running or config.fleet.store is not None  # a replica waits for sources to claim
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=keep_running)
 
 
 def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
