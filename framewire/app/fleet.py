@@ -8,6 +8,7 @@ and each replica starts those it claims (framewire.pipeline.ops.fleet).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Any
 from framewire.config import Config
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.ops.rendezvous import shard_of
-from framewire.pipeline.plan import FleetSettings
+from framewire.pipeline.plan import FleetSettings, Plan
 from framewire.pipeline.uris import source_kind
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,8 @@ def shard(config: Config, hostname: str | None = None, environ: Mapping[str, str
     if value is None:
         return None
     if value != "auto":
-        index, count = value.split("/")
-        return int(index), int(count)
+        first, _, second = value.partition("/")
+        return int(first), int(second)
     env = os.environ if environ is None else environ
     name = hostname if hostname is not None else socket.gethostname()
     found = ORDINAL.search(name.split(".")[0])
@@ -75,6 +76,15 @@ def settings(config: Config) -> FleetSettings | None:
     seed = tuple((s.id, s.model_dump(mode="json")) for s in config.sources)
     return FleetSettings(store=fleet.store, replica=fleet.replica or socket.gethostname(), lease_s=fleet.lease_s,
                          namespace=fleet.namespace, seed=seed, resume=resumed)  # fmt: skip
+
+
+def joined(plan: Plan, config: Config) -> Plan:
+    """The plan of a replica of a dynamic fleet: it starts no source itself (the fleet's agent starts
+    those it claims) and stays up when they end, for the next; any other plan as it is."""
+    found = settings(config)
+    if found is None or plan.http is None:
+        return plan
+    return dataclasses.replace(plan, sources=(), fleet=found, http=dataclasses.replace(plan.http, keep_running=True))
 
 
 def resumed(item: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -217,6 +217,9 @@ class Config(_Model):
                 if out.endpoint in endpoints:
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
+        if self.fleet.store is not None and not self.http.enabled:
+            raise ValueError("fleet.store: needs http.enabled: true (sources are added, and the fleet shown, "
+                             "through the control API)")  # fmt: skip
         self._check_secondary()
         self._check_analytics()
         self._steps_fit()

@@ -172,8 +172,8 @@ class RedisStore:
         self.ns = f"{namespace}:"
         self._errors = (redis.RedisError, OSError)
         timeout = min(CONNECT_TIMEOUT_S, max(0.2, lease_s / 4))
-        try:
-            self.db = redis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout,
+        try:  # typed Any: redis-py's stubs type a pipeline's chained calls as their replies
+            self.db: Any = redis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout,
                                            socket_connect_timeout=timeout, health_check_interval=0)  # fmt: skip
         except ValueError as exc:
             raise StoreError(f"fleet.store: {redact(url)}: {exc}") from None
