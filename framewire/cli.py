@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    run.add_argument("--resume", action="store_true",
+                     help="every file source goes on after the frames its outputs hold (sets sources.N.resume)")  # fmt: skip
     run.add_argument("--shard", metavar="I/N", help="run only replica I of N's share of the sources (0-based; "
                      "auto: I from the hostname's -<n>, N from FRAMEWIRE_REPLICAS): sets fleet.shard")  # fmt: skip
 
@@ -108,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(level, args.log_format)
     command = args.command or "run"
     if args.command is None:
-        args.config, args.overrides, args.no_progress = str(DEFAULT_CONFIG), [], False
+        args.config, args.overrides, args.no_progress, args.resume = str(DEFAULT_CONFIG), [], False, False
     try:
         if command == "run":
             return _run(args, level)
@@ -213,7 +215,11 @@ def _run(args: argparse.Namespace, level: int) -> int:
     """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
     from framewire.runner import start
 
-    config = load_job(args, [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else [])
+    shard = [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else []
+    config = load_job(args, shard)
+    if getattr(args, "resume", False):
+        files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources) if getattr(s, "kind", None) == "file" and not s.is_live]
+        config = load_job(args, [*shard, *files]) if files else config
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     job = start(config, log_level=level, log_format=args.log_format, progress=progress)
     handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from framewire.app import fleet
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
-from framewire.config import Config, SourceBase, SourceConfig, ZmqOutput, output_name
+from framewire.config import Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path
+from framewire.config.job import resume_problem
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
@@ -27,8 +27,11 @@ from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePla
 from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK
 from framewire.pipeline.wire.remote import RemoteSettings
 from framewire import registry
+from framewire.pipeline import paths
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
+from framewire.sources.file import FileSource
+from framewire.sources.resume import ResumeTargets
 from framewire.stages.analytics import Analytics
 from framewire.stages.cascade import CascadeStage, Secondary
 from framewire.stages.composite import Composite, CompositeStage, resolve_composite
@@ -313,7 +316,6 @@ def build_plan(
     """The job's processes. `check_engine=False` skips the backend's preflight, for a `worker`
     command on a host that runs another stage than infer; `check_inputs_outputs=False` skips
     `check_io` (sources are videos, outputs can be written), for a host that runs neither."""
-    config = fleet.local_part(config)  # a static shard: this replica's sources alone
     check(config)
     if check_inputs_outputs:
         check_io(config)
@@ -338,10 +340,8 @@ def build_plan(
     if config.stages.fuse_outputs and len(outputs) > 1:
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
-    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source) for s in config.sources)
-    fleet_settings = fleet.settings(config)
-    if fleet_settings is not None:  # a fleet's replica starts the sources it claims in the store
-        sources = ()
+    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source, resume_targets(config, s.id))
+                    for s in config.sources)  # fmt: skip
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -368,7 +368,6 @@ def build_plan(
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
         ),
-        fleet=fleet_settings,
     )
 
 
@@ -390,14 +389,27 @@ def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
         return None
-    keep_running = h.keep_running or config.fleet.store is not None  # a replica waits for sources to claim
-    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=keep_running)
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
 
 
-def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:
+def resume_targets(config: Config, source_id: str) -> ResumeTargets:
+    """The files a resumed source's outputs write, rendered for it (config.job checks they can be)."""
+    jsonl = tuple(resolve_path(o.path, source_id) for o in config.outputs if isinstance(o, JsonlOutput))
+    video = tuple(paths.render(o.path, source_id) for o in config.outputs if isinstance(o, VideoFileOutput))
+    return ResumeTargets(jsonl, video)
+
+
+def source_plan(
+    source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16, resume: ResumeTargets | None = None
+) -> SourcePlan:
+    """How the decode worker builds and feeds a source; `resume` (a file with `resume: true`): the
+    files it goes on from."""
+    factory: Any = functools.partial(_source, source, need, slots)
+    if resume is not None and isinstance(source, SourceConfig) and source.resume:
+        factory = functools.partial(FileSource.resuming, source, resume)
     return SourcePlan(
         source.id,
-        functools.partial(_source, source, need, slots),
+        factory,
         SourceOptions(
             policy=source.policy,
             realtime=source.realtime,
@@ -430,4 +442,7 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
         check_source(added, "source.uri")  # a file that is not a video, a camera that is not V4L2
     if source.audio is not None or any(s.audio_span() for s in build_steps(config)):
         check_audio(resolved, build_task(config), build_steps(config))
-    return source_plan(resolved.sources[0], audio_need(config), config.transport.slots_per_source)
+    problem = resume_problem(config.outputs) if getattr(added, "resume", False) else None
+    if problem:  # the job's outputs must fit resuming, as for the config's own sources
+        raise ConfigError(f"source.resume: {problem}")
+    return source_plan(added, audio_need(config), config.transport.slots_per_source, resume_targets(config, added.id))

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from framewire.pipeline import uris
+from framewire.pipeline.paths import fields as paths_fields
 from framewire.config.analytics import SourceAnalyticsConfig
 from framewire.config.base import _Model
 from framewire.config.cascade import SecondaryConfig, TrackingConfig
@@ -217,6 +218,7 @@ class Config(_Model):
                 if out.endpoint in endpoints:
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
+        self._check_resume()
         if self.fleet.store is not None and not self.http.enabled:
             raise ValueError("fleet.store: needs http.enabled: true (sources are added, and the fleet shown, "
                              "through the control API)")  # fmt: skip
@@ -230,6 +232,12 @@ class Config(_Model):
                     f"transport.remote_stages: {name!r} is not a stage of this job ({', '.join(names)})"
                 )
         return self
+
+    def _check_resume(self) -> None:
+        resumed = [s.id for s in self.sources if getattr(s, "resume", False)]
+        problem = resume_problem(self.outputs) if resumed else None
+        if problem:
+            raise ValueError(f"{problem} (source {resumed[0]} resumes)")
 
     def _check_secondary(self) -> None:
         names: set[str] = set()
@@ -267,3 +275,19 @@ class Config(_Model):
         if self.stages.fuse_outputs and len(outputs) > 1:
             outputs = [OUTPUTS]
         return names + outputs
+
+
+def resume_problem(outputs: tuple[Output, ...]) -> str | None:
+    """Why these outputs cannot be resumed, naming the key; None when they can. A resumed source
+    appends to its recording: one fragmented MP4 per source, found again by its name."""
+    for i, out in enumerate(outputs):
+        if not isinstance(out, VideoFileOutput):
+            continue
+        fields = {name for name, _ in paths_fields(out.path)} - {"source_id"}
+        if out.container != "fmp4":
+            return f"outputs.{i}.container: mp4 cannot be resumed (unplayable when cut short); use fmp4"
+        if out.segment_s is not None:
+            return f"outputs.{i}.segment_s: a recording in segments cannot be resumed; one file per source can"
+        if fields:
+            return f"outputs.{i}.path: {{{sorted(fields)[0]}}} names another file each run; resuming needs one file per source"
+    return None

@@ -189,6 +189,13 @@ class SourceConfig(SourceBase):
         description="The uri is a template video, repeated (loop or pingpong) for as long as the "
         "audio lasts, at its own frame rate: needs audio with a uri of its own.",
     )
+    resume: bool = Field(
+        default=False,
+        description="Files: go on after the last frame every output holds (the last complete fragment "
+        "of the recording, the last JSONL record), appending, instead of starting over: after a "
+        "crash, on another replica, or run again (`run --resume` sets it on every file source). "
+        "Needs policy block; recordings must be fmp4 files, one per source (docs: Guides, Resuming jobs).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +244,7 @@ class SourceConfig(SourceBase):
         if self.curve_clients and not self.curve_secret_key:
             raise ValueError("curve_clients: needs curve_secret_key (the source's own certificate)")
         self._audio_fits(kind)
+        self._resume_fits(kind)
         if kind == "zmq":
             rest = uris.zmq_endpoint(self.uri)
             if not re.match(r"^(tcp://[^/:]+:\d{1,5}|ipc://.+)$", rest):
@@ -258,6 +266,16 @@ class SourceConfig(SourceBase):
                 f"audio.uri: self: a {'ZeroMQ frame input' if kind == 'zmq' else 'camera'} has no audio track "
                 "of its own (use a ZeroMQ audio input, zmq+tcp://host:port, or a file)"
             )
+
+    def _resume_fits(self, kind: str) -> None:
+        if not self.resume:
+            return
+        if kind != "file" or self.is_live:
+            raise ValueError(f"resume: only for files, not {'a live ' if self.is_live else ''}{kind} {uris.redact(self.uri)}")
+        if self.policy != Policy.BLOCK:
+            raise ValueError(f"resume: needs policy block (a frame dropped under {self.policy.value} breaks the count)")
+        if self.template is not None or self.audio is not None:
+            raise ValueError("resume: not with audio: (the audio steps' state starts over; resume the video alone)")
 
     @property
     def is_live(self) -> bool:

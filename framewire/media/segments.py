@@ -130,7 +130,10 @@ class Recording:
         segment_s: float | None = None,
         retention: Retention | None = None,
         on_segment: Callable[[Segment], None] | None = None,
+        append: bool = False,
     ) -> None:
+        """`append`: the first file goes on with the recording at its path (a resumed job, whose
+        `open_writer` then appends: media.fragments) instead of starting one as `.part`."""
         self.template = template
         self.source_id = source_id
         self.open_writer = open_writer
@@ -142,6 +145,7 @@ class Recording:
         self._current: _Open | None = None
         self._next_index: int | None = None
         self._opened = 0
+        self.append = append
 
     def write(self, image: np.ndarray, pts: int, read_at: float | None = None) -> None:
         """One frame; `read_at` (epoch seconds) dates a segment that starts with it."""
@@ -168,10 +172,11 @@ class Recording:
         index = self._next_index
         self._next_index += 1
         path = paths.render(self.template, self.source_id, index, read_at)
-        writer = self.open_writer(path + PART, float(pts * self.time_base), self._opened == 0)
+        append = self.append and self._opened == 0
+        writer = self.open_writer(path if append else path + PART, float(pts * self.time_base), self._opened == 0)
         self._opened += 1
         writer.open()
-        self._current = _Open(writer, path, index, read_at, pts)
+        self._current = _Open(writer, path, index, read_at, pts, named=append)
         return self._current
 
     def _first_index(self) -> int:

@@ -6,6 +6,7 @@ corrupt data and files that end early raise `SourceError` instead of silently lo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -142,6 +143,14 @@ class VideoReader:
         self._stream: av.video.stream.VideoStream | None = None
         self._info: StreamInfo | None = None
         self._reading = False
+        self._resume: tuple[int, int | None] | None = None
+
+    def resume_at(self, frame: int, after_pts: int | None = None) -> None:
+        """Start `frames()` at frame index `frame` (a resumed job: its outputs hold the frames before).
+        With `after_pts`, the pts of frame `frame - 1`, it seeks to the key frame at or before that
+        and decodes only from there; without it (or when the file's pts are not usable for that) it
+        decodes and drops the frames before."""
+        self._resume = (frame, after_pts) if frame > 0 else None
 
     @property
     def info(self) -> StreamInfo:
@@ -241,7 +250,10 @@ class VideoReader:
         last_pts: int | None = None
         derived = 0
         try:
-            for frame in self._decode_live(container, stream) if self.live else container.decode(stream):
+            decoded: Iterator[av.VideoFrame] = self._decode_live(container, stream) if self.live else container.decode(stream)
+            if self._resume is not None:
+                decoded, index, last_pts = self._skip(*self._resume)
+            for frame in decoded:
                 pts = next_pts(frame.pts, last_pts, step)
                 derived += pts != frame.pts
                 last_pts = pts
@@ -262,6 +274,27 @@ class VideoReader:
             )
         self._check_complete(index, last_pts)
         log.info("source %s: end of stream after %s frames", self.source_id, index)
+
+    def _skip(self, frame: int, after_pts: int | None) -> tuple[Iterator[av.VideoFrame], int, int | None]:
+        """(the frames from index `frame` on, `frame`, the pts before it): by seeking when it can."""
+        assert self._container is not None and self._stream is not None
+        if after_pts is not None:
+            found = _seek_past(self._container, self._stream, after_pts)
+            if found is not None:
+                log.info("source %s: resuming at frame %d: sought past pts %d", self.source_id, frame, after_pts)
+                return found, frame, after_pts
+            log.info("source %s: cannot seek to frame %d; decoding the frames before it", self.source_id, frame)
+            self.close()
+            self._container, self._stream, _ = self._open_video(redact(self.uri))
+        assert self._container is not None and self._stream is not None
+        decoded = self._container.decode(self._stream)
+        last: int | None = None
+        step = self.info.frame_duration
+        for index, skipped in enumerate(decoded):
+            last = next_pts(skipped.pts, last, step)
+            if index + 1 == frame:
+                break
+        return decoded, frame, last
 
     def close(self) -> None:
         """Release the container; harmless to call twice."""
@@ -365,6 +398,28 @@ class VideoReader:
     def _stream_start(self) -> int:
         stream = self._stream
         return stream.start_time if stream is not None and stream.start_time is not None else 0
+
+
+def _seek_past(
+    container: av.container.InputContainer, stream: av.video.stream.VideoStream, after_pts: int
+) -> Iterator[av.VideoFrame] | None:
+    """The frames after pts `after_pts`, decoded from the key frame at or before it; None when the
+    stream's pts cannot say where that is (missing or not increasing, or the seek landed past it)."""
+    try:
+        container.seek(after_pts, stream=stream, backward=True, any_frame=False)
+        decoded = container.decode(stream)
+        previous: int | None = None
+        for frame in decoded:
+            if frame.pts is None or (previous is not None and frame.pts <= previous):
+                return None
+            if previous is None and frame.pts > after_pts:
+                return None  # landed after the frame: the ones between would be lost
+            previous = frame.pts
+            if frame.pts > after_pts:
+                return itertools.chain((frame,), decoded)
+    except av.FFmpegError:
+        return None
+    return iter(())  # the file ends with that frame: nothing is left to do
 
 
 def _not_a_file(path: str) -> str:

@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from framewire.media.fragments import FragmentAppender, scan
 from framewire.media.video_reader import StreamInfo
 from framewire.pipeline.errors import FramewireError
 from framewire.pipeline.uris import local_path
@@ -71,12 +72,14 @@ class VideoFileWriter:
         container: str = "mp4",
         fragment_s: float = 1.0,
         audio_start_s: float | None = None,
+        append: bool = False,
     ) -> None:
         """Cheap: nothing is opened. `audio_from` is a file whose first audio stream is copied in,
         from `audio_start_s` on (a later segment of a recording) or from its start; `audio_track`
         (instead) adds the audio track some other way, e.g. from a live source's audio ring
         (media.audio.RingTrack). `container`: `mp4` or `fmp4` (fragments of `fragment_s`, see the
-        module's docstring)."""
+        module's docstring). `append` (fmp4): go on with the recording already at `path`, cut back
+        to whole fragments (a resumed job, media.fragments), its audio from where the file's ends."""
         if container not in CONTAINERS:
             raise ValueError(f"container must be one of {CONTAINERS}, got {container!r}")
         self.path = path
@@ -89,6 +92,8 @@ class VideoFileWriter:
         self.container = container
         self.fragment_s = fragment_s
         self.audio_start_s = audio_start_s
+        self.append = append and container == "fmp4"
+        self._appender: FragmentAppender | None = None
         self.audio_until_s: float | None = None
         """Set before `close()` when the next segment of a recording starts there: the audio after it
         belongs to that segment. None: close() copies all the audio that is left."""
@@ -105,7 +110,7 @@ class VideoFileWriter:
         """Create parent directories and the file and write its header; errors name the path."""
         try:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            container = av.open(self.path, mode="w", format="mp4", options=self._muxer_options())
+            container = av.open(self._target(), mode="w", format="mp4", options=self._muxer_options())
         except (OSError, av.FFmpegError) as err:
             raise FramewireError(f"video_file output {self.path}: cannot create: {_reason(err)}") from err
         self._container = container
@@ -128,6 +133,19 @@ class VideoFileWriter:
             self.path, self.container, self.width, self.height, self.codec, self.crf, self.info.time_base,
             self._audio.mode if self._audio else None,
         )
+
+    def _target(self) -> str | FragmentAppender:
+        """The path, or the appender that adds the fragments to the recording already there."""
+        recovered = scan(self.path) if self.append else None
+        if recovered is None or not recovered.fragments:
+            return self.path
+        self._appender = FragmentAppender(recovered)
+        ends = recovered.decode_end()
+        sound = next((t for t in recovered.tracks.values() if t.handler == "soun"), None)
+        if sound is not None and sound.timescale:  # the audio goes on where the file's ends
+            self.audio_start_s = ends[sound.track_id] / sound.timescale
+        log.info("video_file output %s: appending after %d frames", self.path, recovered.frames())
+        return self._appender
 
     def _muxer_options(self) -> dict[str, str]:
         return dict(_FRAGMENTED) if self.container == "fmp4" else {}
@@ -219,6 +237,8 @@ class VideoFileWriter:
                 self._container = None
                 self._video = None
                 self._audio = None
+        if self._appender is not None:
+            self._appender.close()
 
 
 class AudioTrack(Protocol):

@@ -13,6 +13,7 @@ from framewire.media.video_reader import PendingImage, VideoReader
 from framewire.pipeline.frame import FrameSource
 from framewire.pipeline.uris import local_path
 from framewire.sources.live import LiveSource, stream_options
+from framewire.sources.resume import ResumeTargets, recover
 
 
 class FileSource:
@@ -24,8 +25,13 @@ class FileSource:
 
     Config = SourceConfig  # kinds file and stream (the framewire.sources entries)
 
-    def __init__(self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, source_id: str, uri: str, *, options: Mapping[str, str] | None = None, resume: ResumeTargets | None = None
+    ) -> None:
+        """`resume`: the files its outputs write; `open()` cuts them back to the frames they all hold
+        and the source goes on after those (sources.resume)."""
         self.reader = VideoReader(source_id, uri, options=options)
+        self.resume = resume
 
     @classmethod
     def from_config(cls, config: SourceConfig) -> FrameSource:
@@ -40,8 +46,18 @@ class FileSource:
             return cls(config.id, config.uri, options=options)
         return cls(config.id, config.uri)
 
+    @classmethod
+    def resuming(cls, config: SourceConfig, targets: ResumeTargets) -> FileSource:
+        """A file source (`resume: true`) that goes on from what `targets` hold."""
+        return cls(config.id, config.uri, resume=targets)
+
     def open(self) -> dict[str, Any]:
+        """The stream's info; resumed, with `first_seq`: the index of its first frame."""
+        point = recover(self.reader.source_id, self.resume) if self.resume is not None else None
         info = self.reader.open().to_dict()
+        if point is not None and point.frame:
+            self.reader.resume_at(point.frame, point.after_pts)
+            info["first_seq"] = point.frame
         path = local_path(self.reader.uri)
         if path is not None:
             info["path"] = os.path.abspath(path)

@@ -162,6 +162,9 @@ class Inputs:
         record = self.of(worker)
         info = dict(header.get("info") or {})
         record.info = info
+        first = info.get("first_seq")
+        if type(first) is int and first > 0:  # a resumed file: its frames go on from there
+            self.router.start_at(record.source_id, first)
         if record.stopping:
             worker.send({"type": msg.STOP})
         regions = self.plan.slot_layout(record.source_id, info)
@@ -313,10 +316,12 @@ class Inputs:
         for sid, record in self.sources.items():
             counted = (record.info or {}).get("frame_count")
             limit = record.plan.options.max_frames
+            flow = self.router.flows.get(sid)
+            first = flow.first if flow is not None else 0  # a resumed file's earlier frames are not done here
             if self.router.ending(sid):
-                total += self.router.flows[sid].eos_frames or 0
+                total += (self.router.flows[sid].eos_frames or 0) - first
             elif isinstance(counted, int) and counted > 0:
-                total += min(counted, limit) if limit else counted
+                total += (min(counted, limit) if limit else counted) - first
             elif record.plan.expected_frames is not None:
                 total += record.plan.expected_frames
             else:

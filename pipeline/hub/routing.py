@@ -78,6 +78,8 @@ class _Flow:
     """One source's order: what decode sent, what went on to the outputs, and its end."""
 
     received: int = 0
+    first: int = 0
+    """The seq of its first frame (a resumed file starts past the frames its outputs hold)."""
     eos_frames: int | None = None
     eos_queued: bool = False
     next_out: int = 0
@@ -137,6 +139,13 @@ class Router:
         self.flows[source] = _Flow()
         for gates in self.gates.values():
             gates[source] = _Gate()
+
+    def start_at(self, source: str, seq: int) -> None:
+        """The source's first frame is `seq`, not 0 (a resumed file): its order starts there."""
+        flow = self.flows[source]
+        flow.first = flow.received = flow.next_out = seq
+        for gates in self.gates.values():
+            gates[source].next_seq = seq
 
     def close(self, source: str) -> None:
         """Forget a retired source (nothing of it may be in flight)."""
@@ -240,14 +249,15 @@ class Router:
             self._finish(key, state)
 
     def end(self, source: str, frames: int) -> int:
-        """The source's decode worker ended after `frames` frames (at most what arrived): its end
-        of stream follows its last frame to the outputs. Returns the frames it counts."""
+        """The source's decode worker ended after `frames` frames (at most what arrived; counted from
+        seq 0): its end of stream follows its last frame to the outputs. Returns the frames it
+        counts in this run."""
         flow = self.flows[source]
         if frames != flow.received:
             log.warning("source %s: end of stream after %s frames, %s received", source, frames, flow.received)
         flow.eos_frames = flow.received
         self._release(source)
-        return flow.eos_frames
+        return flow.eos_frames - flow.first
 
     def requeue(self, stage: str, peer: Assignee) -> list[FrameKey]:
         """The frames a dead or lost worker of `stage` held go back to the front of its queue (an

@@ -61,7 +61,8 @@ def source_main(spec: WorkerSpec) -> None:
             reader.set_interrupt(functools.partial(_interrupted, conn, grants, watch, stats))
         info = reader.open()
         conn.send({"type": msg.STREAM, "source": source_id, "info": info})
-        sent, error = Pump(conn, reader, source_id, spec.source_options, watch, grants, stats).run()
+        pump = Pump(conn, reader, source_id, spec.source_options, watch, grants, stats, first_seq=_first_seq(info))
+        sent, error = pump.run()
     except SourceInterrupted:
         log.info("source %s: stopped before it connected", source_id)
     except BaseException as exc:
@@ -78,6 +79,13 @@ def source_main(spec: WorkerSpec) -> None:
         eos["error"] = error
     conn.send(eos)
     conn.close(linger_ms=5000)
+
+
+def _first_seq(info: dict[str, Any]) -> int:
+    """The seq of the source's first frame: 0, or where a resumed file goes on (its outputs hold the
+    frames before: sources.resume); the hub's order starts there too (STREAM carries it)."""
+    first = info.get("first_seq", 0)
+    return first if type(first) is int and first > 0 else 0
 
 
 class Grants:
@@ -181,6 +189,7 @@ class Pump:
         watch: SupervisorWatch,
         grants: Grants | None = None,
         stats: SourceStats | None = None,
+        first_seq: int = 0,
     ) -> None:
         self.conn = conn
         self.reader = reader
@@ -189,7 +198,7 @@ class Pump:
         self.watch = watch
         self.grants = grants or Grants()
         self.stats = stats or SourceStats(source_id, reader)
-        self.seq = 0
+        self.seq = first_seq
         self.dropped = 0
         self._clock: tuple[float, float] | None = None
         """(monotonic time, frame time) of the first frame of a paced file."""

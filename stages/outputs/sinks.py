@@ -40,6 +40,12 @@ def later_run(template: str, path_of: Callable[[str], str]) -> str:
     return paths.numbered(template, number)
 
 
+def resumed(info: dict[str, Any] | None) -> bool:
+    """Whether a source goes on from frames its outputs already hold (sources.resume): they append."""
+    first = (info or {}).get("first_seq")
+    return type(first) is int and first > 0
+
+
 class _PerSource(Stage):
     """Shared lifecycle: one writer per source, opened on its first frame, closed on its end."""
 
@@ -108,24 +114,27 @@ class VideoFileSink(_PerSource):
         template = c.path
         # A template with {index} or {start} already names each file apart; one file per source is numbered.
         named_apart = {name for name, _ in paths.fields(template)} & {"index", "start"}
-        if self._runs[source_id] > 1 and not named_apart:
+        append = resumed(info_dict)
+        if self._runs[source_id] > 1 and not named_apart and not append:
             template = later_run(template, lambda t: paths.render(t, source_id))
         return Recording(
             template,
             source_id,
-            functools.partial(self._segment_writer, info, audio, ring),
+            functools.partial(self._segment_writer, info, audio, ring, append),
             time_base=info.time_base,
             fps=info.fps,
             segment_s=c.segment_s,
             retention=Retention(c.keep_segments, int(c.keep_bytes) if c.keep_bytes is not None else None, c.keep_age_s),
             on_segment=functools.partial(self._announce, source_id),
+            append=append,
         )
 
     def _segment_writer(
-        self, info: StreamInfo, audio: str | None, ring: Any, path: str, start_s: float, first: bool
+        self, info: StreamInfo, audio: str | None, ring: Any, append: bool, path: str, start_s: float, first: bool
     ) -> VideoFileWriter:
         """One segment's writer: its audio from the ring (a live source's), from `start_s` on, or
-        copied from the file, a later segment from its own start on."""
+        copied from the file, a later segment from its own start on; `append`: the first goes on
+        with the recording at `path` (a resumed source)."""
         c = self.config
         track = (
             functools.partial(RingTrack, ring, frame_duration_s=float(1 / info.fps), start_s=start_s)
@@ -134,7 +143,7 @@ class VideoFileSink(_PerSource):
         return VideoFileWriter(
             path, info, crf=c.crf, preset=c.preset, audio_from=audio if track is None else None,
             audio_track=track, container=c.container, fragment_s=c.fragment_s,
-            audio_start_s=None if first or track is not None else start_s,
+            audio_start_s=None if first or track is not None else start_s, append=append and first,
         )  # fmt: skip
 
     def _announce(self, source_id: str, segment: Segment) -> None:
@@ -170,10 +179,11 @@ class JsonlSink(_PerSource):
 
     def _open(self, source_id: str) -> JsonlWriter:
         template = self.config.path
-        if self._runs[source_id] > 1:
+        append = resumed(self.streams.get(source_id))
+        if self._runs[source_id] > 1 and not append:
             template = later_run(template, lambda t: resolve_path(t, source_id))
         self._paths[source_id] = resolve_path(template, source_id)
-        writer = JsonlWriter(self._paths[source_id])
+        writer = JsonlWriter(self._paths[source_id], append=append)
         writer.open()
         return writer
 

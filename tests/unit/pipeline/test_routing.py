@@ -297,3 +297,24 @@ def test_sources_wait_for_every_worker_of_an_ordered_stage_before_they_stick_to_
     late.ready = True
     hub.dispatch()
     assert sorted(len({k.source for k in w.got}) for w in hub.workers["track"]) == [1, 1, 1]
+
+
+def test_a_resumed_source_goes_on_from_its_first_seq() -> None:
+    """A resumed file's first frame is seq 40 (its outputs hold 0..39): order and end start there."""
+    hub = Hub(stages=("infer",))
+    hub.router.open("a")
+    hub.router.start_at("a", 40)
+    hub.admit("a", range(40, 43))
+    (infer,), (out,) = hub.workers["infer"], hub.workers["out"]
+    for _ in range(3):
+        hub.dispatch()
+        for key in list(infer.inflight):
+            hub.finish(infer, "infer", key)
+    assert hub.router.end("a", 43) == 3  # frames of this run
+    for _ in range(3):
+        hub.dispatch()
+        for key in list(out.inflight):
+            hub.write(out, key)
+    hub.dispatch()
+    assert [k.seq for k in out.got if isinstance(k, FrameKey)] == [40, 41, 42]
+    assert out.got[-1] == EndOfStream("a") and hub.router.ended("a")
