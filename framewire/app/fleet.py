@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from framewire.config import Config
+from framewire.config.job import resume_problem
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.ops.rendezvous import shard_of
 from framewire.pipeline.plan import FleetSettings, Plan
@@ -74,8 +75,16 @@ def settings(config: Config) -> FleetSettings | None:
         raise ConfigError("fleet.store: needs http.enabled: true (sources are added, and the fleet "
                           "shown, through the control API)")  # fmt: skip
     seed = tuple((s.id, s.model_dump(mode="json")) for s in config.sources)
+    problem = resume_problem(config.outputs)
+    if problem:
+        log.warning("fleet: %s: a file source taken over from a replica that died starts again from its "
+                    "first frame", problem)  # fmt: skip
     return FleetSettings(store=fleet.store, replica=fleet.replica or socket.gethostname(), lease_s=fleet.lease_s,
-                         namespace=fleet.namespace, seed=seed, resume=resumed)  # fmt: skip
+                         namespace=fleet.namespace, seed=seed, resume=resumed if problem is None else _as_it_is)  # fmt: skip
+
+
+def _as_it_is(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    return item
 
 
 def joined(plan: Plan, config: Config) -> Plan:
