@@ -240,3 +240,17 @@ def test_static_shards_run_each_source_once_and_open_no_other(tmp_path: Path) ->
             assert [r["seq"] for r in read_jsonl(tmp_path / "out" / f"{sid}.jsonl")] == list(range(10))
     written = sorted(p.stem for p in (tmp_path / "out").glob("*.jsonl"))
     assert written == sorted(sid for sid in ids if not shard_of(sid, owner, 2))
+
+
+@pytest.mark.timeout(120)
+def test_a_replica_whose_store_does_not_answer_fails_in_one_line(tmp_path: Path) -> None:
+    clip = clips.make_clip(tmp_path / "clip.mp4", width=176, height=144, frames=5, fps=10)
+    config = write_config(tmp_path, [{"id": "cam", "uri": str(clip)}])
+    port = free_port()  # nothing listens there
+    done = subprocess.run([sys.executable, str(CLI), "run", "--no-progress", "-c", str(config),
+                           "--set", f"fleet.store=redis://:secret@127.0.0.1:{port}/0", "--set", "fleet.lease_s=1"],
+                          cwd=ROOT, env=env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=100)  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if line.startswith("framewire: error:")]
+    assert done.returncode == 1 and len(errors) == 1, done.stderr
+    assert errors[0].startswith(f"framewire: error: fleet store redis://***@127.0.0.1:{port}/0: ConnectionError: "), errors
+    assert "secret" not in done.stderr
