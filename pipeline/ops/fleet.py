@@ -147,6 +147,10 @@ class Fleet:
     # --- the hub loop's side --------------------------------------------------------------------------
 
     def _start(self, source_id: str, item: dict[str, Any], resume: bool) -> None:
+        if self.stopping():  # claimed just before a drain began: hand it straight over
+            self._retired.put((source_id, self.entry(source_id), False))
+            self._wake.set()
+            return
         if source_id in self.inputs.sources:  # still draining here from an earlier lease: later
             self._actions.put(("start", source_id, (item, resume)))
             return

@@ -69,10 +69,11 @@ end
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
   return -1
 end
+redis.call('HDEL', KEYS[6], ARGV[1])
 return redis.call('SADD', KEYS[5], ARGV[1])
 """
 """-1: not claimed (held, ended, stopping or not wanted); 1: claimed, first start; 0: claimed, it ran
-before (resume it)."""
+before (resume it). The previous runner's last status goes: its counts are not the new runner's."""
 
 _FINISH = """
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
@@ -206,7 +207,7 @@ class RedisStore:
 
     def claim(self, source_id: str) -> int:
         """-1 not claimed; 1 claimed (first run); 0 claimed (it ran before: resume)."""
-        keys = [self.lease_key(source_id), self.key("sources"), self.key("done"), self.key("stop"), self.key("started")]
+        keys = [self.lease_key(source_id), *(self.key(k) for k in ("sources", "done", "stop", "started", "status"))]
         return int(self._call("claim", keys, [source_id, self.token, self.lease_ms]))
 
     def finish(self, source_id: str, record: Mapping[str, Any], *, ended: bool) -> bool:
