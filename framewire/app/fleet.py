@@ -30,7 +30,9 @@ REPLICAS_ENV = "FRAMEWIRE_REPLICAS"
 ORDINAL = re.compile(r"-(\d+)$")
 
 
-def shard(config: Config, hostname: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+def shard(
+    config: Config, hostname: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[int, int] | None:
     """(I, N) of a statically sharded replica; None when the config is not sharded."""
     value = config.fleet.shard
     if value is None:
@@ -42,14 +44,15 @@ def shard(config: Config, hostname: str | None = None, environ: Mapping[str, str
     name = hostname if hostname is not None else socket.gethostname()
     found = ORDINAL.search(name.split(".")[0])
     if not found:
-        raise ConfigError(f"fleet.shard: auto: the hostname {name!r} does not end in -<ordinal> (a StatefulSet "
-                          "pod's does): give --shard I/N")  # fmt: skip
+        raise ConfigError(f"fleet.shard: auto: the hostname {name!r} does not end in -<ordinal> "
+                          "(a StatefulSet pod's does): give --shard I/N")  # fmt: skip
     text = env.get(REPLICAS_ENV, "")
     if not text.isdigit() or int(text) < 1:
         raise ConfigError(f"fleet.shard: auto: set {REPLICAS_ENV} to the number of replicas (got {text!r})")
     index, count = int(found.group(1)), int(text)
     if index >= count:
-        raise ConfigError(f"fleet.shard: auto: ordinal {index} of {name!r} is not below {REPLICAS_ENV}={count}")
+        raise ConfigError(f"fleet.shard: auto: ordinal {index} of {name!r} is not below "
+                          f"{REPLICAS_ENV}={count}")  # fmt: skip
     return index, count
 
 
@@ -79,8 +82,9 @@ def settings(config: Config) -> FleetSettings | None:
     if problem:
         log.warning("fleet: %s: a file source taken over from a replica that died starts again from its "
                     "first frame", problem)  # fmt: skip
-    return FleetSettings(store=fleet.store, replica=fleet.replica or socket.gethostname(), lease_s=fleet.lease_s,
-                         namespace=fleet.namespace, seed=seed, resume=resumed if problem is None else _as_it_is)  # fmt: skip
+    return FleetSettings(store=fleet.store, replica=fleet.replica or socket.gethostname(),
+                         lease_s=fleet.lease_s, namespace=fleet.namespace, seed=seed,
+                         resume=resumed if problem is None else _as_it_is)  # fmt: skip
 
 
 def _as_it_is(item: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -93,7 +97,8 @@ def joined(plan: Plan, config: Config) -> Plan:
     found = settings(config)
     if found is None or plan.http is None:
         return plan
-    return dataclasses.replace(plan, sources=(), fleet=found, http=dataclasses.replace(plan.http, keep_running=True))
+    http = dataclasses.replace(plan.http, keep_running=True)
+    return dataclasses.replace(plan, sources=(), fleet=found, http=http)
 
 
 def resumed(item: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -53,7 +53,8 @@ class FleetConfig(_Model):
             if found.group(2) is not None and not int(found.group(2)) < int(found.group(3)):
                 raise ValueError(f"shard: {self.shard}: I must be 0 to N-1")
             if self.store is not None:
-                raise ValueError("shard: a fleet is sharded statically (shard) or through a store (store), not both")
+                raise ValueError("shard: a fleet is sharded statically (shard) or through a store (store), "
+                                 "not both")  # fmt: skip
         if self.store is not None and not re.match(r"^(redis|rediss|unix)://", self.store):
             raise ValueError("store: expected a redis://, rediss:// or unix:// URL")
         return self

@@ -54,6 +54,9 @@ class Fleet:
         self.replica = settings.replica
         self.lease_s = settings.lease_s
         self.interval = max(0.05, settings.lease_s / 3)
+        if plan.make_source is None:
+            raise JobFailed("a replica of a fleet needs a job that can add sources (Plan.make_source)")
+        self.make_source = plan.make_source
         try:
             self.store = RedisStore(settings.store, settings.namespace, settings.replica, settings.lease_s)
         except StoreError as exc:
@@ -94,7 +97,8 @@ class Fleet:
         except StoreError as exc:
             raise JobFailed(str(exc)) from None
         self._joined = self._renewed = time.monotonic()
-        log.info("fleet: replica %s joined %s (lease %g s)", self.replica, redact(self.settings.store), self.lease_s)
+        log.info("fleet: replica %s joined %s (lease %g s)", self.replica, redact(self.settings.store),
+                 self.lease_s)  # fmt: skip
         self._thread.start()
 
     def tick(self) -> None:
@@ -130,7 +134,8 @@ class Fleet:
             self.held.clear()
             self.store.leave()
         except StoreError as exc:
-            log.warning("fleet: could not let go of the leases (they run out within %g s): %s", self.lease_s, exc)
+            log.warning("fleet: could not let go of the leases (they run out within %g s): %s",
+                        self.lease_s, exc)  # fmt: skip
         self.store.close()
 
     def wake(self) -> None:
@@ -155,7 +160,7 @@ class Fleet:
             self._actions.put(("start", source_id, (item, resume)))
             return
         try:
-            source = self.plan.make_source(self.settings.resume(item) if resume else item)  # type: ignore[misc]
+            source = self.make_source(self.settings.resume(item) if resume else item)
         except FramewireError as exc:
             log.warning("fleet: source %s cannot start here: %s", source_id, exc)
             self._retired.put((source_id, {"id": source_id, "state": "failed", "error": str(exc),
@@ -166,7 +171,8 @@ class Fleet:
             self.forget(source_id)
         self.inputs.add(source)
         self.running.add(source_id)
-        log.info("fleet: source %s runs here%s", source_id, " (it ran elsewhere before: resumed where it can be)" if resume else "")
+        again = " (it ran before: a file resumes where its outputs stop)" if resume else ""
+        log.info("fleet: source %s runs here%s", source_id, again)
 
     def _stop(self, source_id: str, why: str) -> None:
         record = self.inputs.sources.get(source_id)
@@ -345,7 +351,8 @@ class FleetCommands(Commands):
             command.answer(201, {"id": source_id, "state": "waiting", "replica": None})
 
     def _fleet_remove(self, command: Command, source_id: str) -> None:
-        removed = self.fleet.store.remove(source_id, {"id": source_id, "state": "ended", "frames": 0, "replica": None})
+        unclaimed = {"id": source_id, "state": "ended", "frames": 0, "replica": None}  # how one nobody ran ends
+        removed = self.fleet.store.remove(source_id, unclaimed)
         if removed == 0:
             command.answer(404, {"error": f"no source {source_id!r} in the fleet"})
         elif removed == 1:

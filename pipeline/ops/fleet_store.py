@@ -185,6 +185,9 @@ class RedisStore:
     def key(self, name: str) -> str:
         return self.ns + name
 
+    def _keys(self, *names: str) -> list[str]:
+        return [self.ns + name for name in names]
+
     def lease_key(self, source_id: str) -> str:
         return f"{self.ns}lease:{source_id}"
 
@@ -207,13 +210,13 @@ class RedisStore:
 
     def claim(self, source_id: str) -> int:
         """-1 not claimed; 1 claimed (first run); 0 claimed (it ran before: resume)."""
-        keys = [self.lease_key(source_id), *(self.key(k) for k in ("sources", "done", "stop", "started", "status"))]
+        keys = [self.lease_key(source_id), *self._keys("sources", "done", "stop", "started", "status")]
         return int(self._call("claim", keys, [source_id, self.token, self.lease_ms]))
 
     def finish(self, source_id: str, record: Mapping[str, Any], *, ended: bool) -> bool:
         """A source this replica ran retired: recorded as ended (`ended`, or a DELETE asked for it) or
         handed over; its lease is let go. False when the lease was no longer this replica's."""
-        keys = [self.lease_key(source_id), self.key("done"), self.key("stop"), self.key("status"), self.key("sources")]
+        keys = [self.lease_key(source_id), *self._keys("done", "stop", "status", "sources")]
         args = [source_id, self.token, json.dumps(dict(record)), "1" if ended else "0"]
         return bool(self._call("finish", keys, args))
 
@@ -234,12 +237,12 @@ class RedisStore:
 
     def add(self, source_id: str, item: Mapping[str, Any]) -> int:
         """1 added; 0 already wanted; 2 already there and ended (DELETE forgets it)."""
-        return int(self._call("add", [self.key("sources"), self.key("done")], [source_id, json.dumps(dict(item))]))
+        return int(self._call("add", self._keys("sources", "done"), [source_id, json.dumps(dict(item))]))
 
     def remove(self, source_id: str, record: Mapping[str, Any]) -> int:
         """0 no such source; 1 an ended one forgotten; 2 asked to stop (`record`: how an unclaimed
         one ends)."""
-        keys = [self.key(k) for k in ("sources", "done", "stop", "status", "started")] + [self.lease_key(source_id)]
+        keys = [*self._keys("sources", "done", "stop", "status", "started"), self.lease_key(source_id)]
         return int(self._call("remove", keys, [source_id, json.dumps(dict(record))]))
 
     # --- reading the fleet --------------------------------------------------------------------------
@@ -252,7 +255,8 @@ class RedisStore:
             pipe.zrange(self.key("members"), 0, -1, withscores=True)
             (seconds, micros), items, done, stop, members = pipe.execute()
             now_ms = int(seconds) * 1000 + int(micros) // 1000
-            wanted = {sid: json.loads(raw) for sid, raw in items.items() if sid not in done and sid not in stop}
+            ended = set(done) | set(stop)
+            wanted = {sid: json.loads(raw) for sid, raw in items.items() if sid not in ended}
             scan = Scan(now_ms, wanted, set(stop), {m: int(s) for m, s in members if int(s) > now_ms})
             ids = sorted(wanted)
             if ids:
