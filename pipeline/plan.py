@@ -57,6 +57,9 @@ class SourcePlan:
     """Builds the source's `FrameSource` inside its decode worker."""
     options: SourceOptions = field(default_factory=SourceOptions)
     expected_frames: int | None = None
+    ran_before: bool = False
+    """It ran before on another replica of a fleet (taken over): its file outputs write beside that
+    run's files (numbered, as a later run in one job does) instead of over them, unless it resumes."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ sources of a live replica never move: a replica that joins takes only sources no
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -103,11 +104,8 @@ class Fleet:
 
     def tick(self) -> None:
         """Carry out the agent's decisions and tell it which sources retired."""
-        while True:
-            try:
-                action, source_id, arg = self._actions.get_nowait()
-            except queue.Empty:
-                break
+        for _ in range(self._actions.qsize()):  # what is put back (a start that must wait) waits a tick
+            action, source_id, arg = self._actions.get_nowait()
             if action == "start":
                 self._start(source_id, *arg)
             else:
@@ -159,8 +157,9 @@ class Fleet:
         if source_id in self.inputs.sources:  # still draining here from an earlier lease: later
             self._actions.put(("start", source_id, (item, resume)))
             return
+        started = self.settings.resume(item) if resume else item
         try:
-            source = self.make_source(self.settings.resume(item) if resume else item)
+            source = self.make_source(started)
         except FramewireError as exc:
             log.warning("fleet: source %s cannot start here: %s", source_id, exc)
             self._retired.put((source_id, {"id": source_id, "state": "failed", "error": str(exc),
@@ -169,6 +168,8 @@ class Fleet:
             return
         if self.inputs.forget(source_id):  # ran here before and ended: its old counts go
             self.forget(source_id)
+        if resume and not started.get("resume"):  # a live source: its new files go beside the old ones
+            source = dataclasses.replace(source, ran_before=True)
         self.inputs.add(source)
         self.running.add(source_id)
         again = " (it ran before: a file resumes where its outputs stop)" if resume else ""

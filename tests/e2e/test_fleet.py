@@ -105,6 +105,13 @@ def start_replica(tmp: Path, config: Path, *args: str, name: str) -> Replica:
     return Replica(name, proc, f"http://127.0.0.1:{port}", log)
 
 
+def jsonl_seqs(path: Path) -> list[int]:
+    """The seqs of the complete records of a JSONL file being written ([] before it exists)."""
+    if not path.exists():
+        return []
+    return [json.loads(line)["seq"] for line in path.read_text().split("\n")[:-1]]
+
+
 def wait_until(what: str, predicate: Callable[[], bool], replicas: list[Replica], timeout: float = 60) -> float:
     """Seconds it took; fails naming `what` (and a replica that died, with its log) after `timeout`."""
     started = time.monotonic()
@@ -193,13 +200,22 @@ def test_three_replicas_share_the_sources_and_take_over_a_killed_ones(tmp_path: 
         if sid in moved:  # resumed where the dead replica's outputs stopped, not started over
             assert final[sid]["replica"] != victim.name and final[sid]["frames"] < FRAMES, final[sid]
 
-    # The live ones run again on a survivor, and new frames come.
+    # The live ones run again on a survivor, and new frames come; a moved one's files are written beside
+    # those of its run on the dead replica, which keep what they had.
     for sid in ("live0", "live1"):
         seen = final[sid]["frames"] if final[sid]["replica"] != victim.name else 0
         wait_until(f"{sid} running on a survivor",
                    lambda sid=sid, seen=seen: (lambda e: e["replica"] != victim.name and e["state"] == "running"
                                                          and e["frames"] > seen)(survivors[0].fleet()[sid]),
                    survivors)  # fmt: skip
+        if sid in moved:
+            lines = (tmp_path / "out" / f"{sid}.jsonl").read_text().splitlines()
+            before = [json.loads(line)["seq"] for line in lines[:-1]]  # the last may be torn by the kill
+            assert len(before) > 5 and before == list(range(len(before))), before[:10]
+            wait_until(f"{sid}'s new run in its own file", lambda sid=sid: len(jsonl_seqs(tmp_path / "out" / f"{sid}.2.jsonl")) > 2,
+                       survivors)  # fmt: skip
+            after = jsonl_seqs(tmp_path / "out" / f"{sid}.2.jsonl")
+            assert after == list(range(len(after))), after[:10]
 
     # DELETE through any replica stops a live source wherever it runs; then the survivors drain and exit 0.
     for sid in ("live0", "live1"):
