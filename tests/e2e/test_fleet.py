@@ -270,3 +270,33 @@ def test_a_replica_whose_store_does_not_answer_fails_in_one_line(tmp_path: Path)
     assert done.returncode == 1 and len(errors) == 1, done.stderr
     assert errors[0].startswith(f"framewire: error: fleet store redis://***@127.0.0.1:{port}/0: ConnectionError: "), errors
     assert "secret" not in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_replica_that_drains_hands_its_sources_over_without_waiting_for_the_lease(
+    tmp_path: Path, stack: ExitStack
+) -> None:
+    lease_s = 9.0  # a takeover by expiry would come at least 6 s (lease - renewal period) after it stops
+    store = stack.enter_context(redis_server(tmp_path / "redis"))
+    frames = 80
+    clip = clips.make_clip(tmp_path / "clip.mp4", width=176, height=144, frames=frames, fps=10)
+    config = write_config(tmp_path, [{"id": "cam", "uri": str(clip), "realtime": True}])
+    replicas = [start_replica(tmp_path, config, "--set", f"fleet.store={store}", "--set", f"fleet.lease_s={lease_s}",
+                              "--set", f"fleet.replica=r{i}", name=f"r{i}") for i in range(2)]  # fmt: skip
+    for replica in replicas:
+        stack.callback(replica.stop)
+    wait_until("cam running", lambda: replicas[0].fleet().get("cam", {}).get("frames", 0) > 10, replicas,
+               timeout=lease_s + 60)  # fmt: skip
+    holder = next(r for r in replicas if r.name == replicas[0].fleet()["cam"]["replica"])
+    other = next(r for r in replicas if r is not holder)
+    holder.proc.send_signal(signal.SIGTERM)  # a rolling update: drain, hand over
+    assert holder.proc.wait(30) == 0, holder.tail()
+    took = wait_until("cam taken over", lambda: other.fleet()["cam"]["replica"] == other.name, [other], timeout=30)
+    print(f"\nhanded over {took:.2f} s after the drained replica exited (lease {lease_s} s)")
+    assert took < 5.0
+    wait_until("cam ended", lambda: other.fleet()["cam"]["state"] == "ended", [other], timeout=60)
+    assert [r["seq"] for r in read_jsonl(tmp_path / "out" / "cam.jsonl")] == list(range(frames))
+    assert clips.count_frames(tmp_path / "out" / "cam.mp4") == frames
+    assert 0 < other.fleet()["cam"]["frames"] < frames  # resumed, not started over
+    other.proc.send_signal(signal.SIGTERM)
+    assert other.proc.wait(30) == 0, other.tail()
