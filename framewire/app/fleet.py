@@ -9,6 +9,7 @@ and each replica starts those it claims (framewire.pipeline.ops.fleet).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -78,17 +79,9 @@ def settings(config: Config) -> FleetSettings | None:
         raise ConfigError("fleet.store: needs http.enabled: true (sources are added, and the fleet "
                           "shown, through the control API)")  # fmt: skip
     seed = tuple((s.id, s.model_dump(mode="json")) for s in config.sources)
-    problem = resume_problem(config.outputs)
-    if problem:
-        log.warning("fleet: %s: a file source taken over from a replica that died starts again from its "
-                    "first frame", problem)  # fmt: skip
     return FleetSettings(store=fleet.store, replica=fleet.replica or socket.gethostname(),
                          lease_s=fleet.lease_s, namespace=fleet.namespace, seed=seed,
-                         resume=resumed if problem is None else _as_it_is)  # fmt: skip
-
-
-def _as_it_is(item: Mapping[str, Any]) -> Mapping[str, Any]:
-    return item
+                         resume=functools.partial(resumed, problem=resume_problem(config.outputs)))  # fmt: skip
 
 
 def joined(plan: Plan, config: Config) -> Plan:
@@ -101,9 +94,10 @@ def joined(plan: Plan, config: Config) -> Plan:
     return dataclasses.replace(plan, sources=(), fleet=found, http=http)
 
 
-def resumed(item: Mapping[str, Any]) -> Mapping[str, Any]:
+def resumed(item: Mapping[str, Any], problem: str | None = None) -> Mapping[str, Any]:
     """A source's item as a replica that takes it over starts it: a file continues where its outputs
-    stop (`resume: true`); a live source simply connects again."""
+    stop (`resume: true`); a live source simply connects again. `problem`: why the job's outputs
+    cannot resume (config.job.resume_problem): then a file starts again from its first frame."""
     from pydantic import TypeAdapter, ValidationError
 
     from framewire.config.sources import Source
@@ -114,5 +108,8 @@ def resumed(item: Mapping[str, Any]) -> Mapping[str, Any]:
         return item  # refused, with its reason, where it is started
     uri = getattr(source, "uri", None)
     if "resume" not in type(source).model_fields or not isinstance(uri, str) or source_kind(uri) != "file":
+        return item
+    if problem is not None:
+        log.warning("fleet: source %s starts again from its first frame: %s", source.id, problem)
         return item
     return {**item, "resume": True}

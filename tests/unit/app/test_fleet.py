@@ -84,5 +84,7 @@ def test_a_file_taken_over_resumes_and_a_live_source_connects_again() -> None:
     item = {"id": "cam0", "uri": CLIP}
     from framewire.config.sources import SourceConfig
 
-    expected = {**item, "resume": True} if "resume" in SourceConfig.model_fields else item
-    assert fleet.resumed(item) == expected
+    assert "resume" in SourceConfig.model_fields
+    assert fleet.resumed(item) == {**item, "resume": True}
+    # Outputs that cannot be resumed (an mp4 recording): the file starts again, and the log says why.
+    assert fleet.resumed(item, problem="outputs.0.container: mp4 cannot be resumed") == item
