@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
     run.add_argument("--resume", action="store_true",
                      help="every file source goes on after the frames its outputs hold (sets sources.N.resume)")  # fmt: skip
+    run.add_argument("--shard", metavar="I/N", help="run only replica I of N's share of the sources (0-based; "
+                     "auto: I from the hostname's -<n>, N from FRAMEWIRE_REPLICAS): sets fleet.shard")  # fmt: skip
 
     validate = sub.add_parser("validate", help="check a config and its model against its task")
     add_config_args(validate)
@@ -212,11 +214,12 @@ def _run(args: argparse.Namespace, level: int) -> int:
     """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
     from framewire.runner import start
 
-    config = load_job(args)
+    shard = [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else []
+    config = load_job(args, shard)
     if getattr(args, "resume", False):
         files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources)
                  if getattr(s, "kind", None) == "file" and not s.is_live]  # fmt: skip
-        config = load_job(args, files) if files else config
+        config = load_job(args, [*shard, *files]) if files else config
     progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
     job = start(config, log_level=level, log_format=args.log_format, progress=progress)
     handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -117,9 +117,11 @@ def start(
     Raises ConfigError (and other FramewireErrors) for what can be checked before anything starts:
     the task's and composites' keys, the model file, the backend. `progress(done, total)` is called
     from the hub's thread as frames come out."""
+    from framewire.app import fleet
     from framewire.app.compose import build_plan
     from framewire.app.preload import PRELOAD
     from framewire.pipeline.worker.forkserver import start_early
 
     start_early(PRELOAD)  # the workers' imports run while the plan is checked
-    return Job(build_plan(config, log_level=log_level, log_format=log_format), progress)
+    config = fleet.local_part(config)  # a static shard: this replica's sources alone (no other is opened)
+    return Job(fleet.joined(build_plan(config, log_level=log_level, log_format=log_format), config), progress)

@@ -56,6 +56,9 @@ class SourcePlan:
     """Builds the source's `FrameSource` inside its decode worker."""
     options: SourceOptions = field(default_factory=SourceOptions)
     expected_frames: int | None = None
+    ran_before: bool = False
+    """It ran before on another replica of a fleet (taken over): its file outputs write beside that
+    run's files (numbered, as a later run in one job does) instead of over them, unless it resumes."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,25 @@ class HttpSettings:
     token: str | None = None
     keep_running: bool = False
     """Stay up when every source has ended, waiting for sources added through the control API."""
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """This daemon as one replica of a fleet that shares its sources through a store (pipeline.ops.fleet)."""
+
+    store: str
+    """The coordination store's URL (redis://host:port/db)."""
+    replica: str
+    """This replica's id in the fleet (unique among the live replicas)."""
+    lease_s: float = 10.0
+    """A replica that has not renewed its leases for this long has its sources taken over."""
+    namespace: str = "framewire"
+    """The prefix of the store's keys: fleets sharing one store use different ones."""
+    seed: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """(source id, `sources:` item) of the config's sources: added to the wanted sources at start."""
+    resume: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda item: item
+    """The item of a source started again (taken over from a replica that died): a file source's with
+    `resume: true`, so it continues where its outputs stop."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,8 @@ class Plan:
     binds: tuple[tuple[str, str], ...] = ()
     """(config key, endpoint) of each address a worker will bind (a zmq output's): the supervisor
     checks them before it starts any, so one in use fails at once, naming its key."""
+    fleet: FleetSettings | None = None
+    """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
 
     @property
     def stage_names(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from framewire.config.analytics import SourceAnalyticsConfig
 from framewire.config.base import _Model
 from framewire.config.cascade import SecondaryConfig, TrackingConfig
 from framewire.config.engine import EngineConfig, ModelConfig
+from framewire.config.fleet import FleetConfig
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from framewire.config.sources import Source
 from framewire.config.steps import StepConfig
@@ -148,6 +149,9 @@ class Config(_Model):
     stages: StagesConfig = Field(default_factory=StagesConfig, description="Stage workers.")
     transport: TransportConfig = Field(default_factory=TransportConfig, description="Links and pool.")
     http: HttpConfig = Field(default_factory=HttpConfig, description="Metrics, health and control over HTTP.")
+    fleet: FleetConfig = Field(
+        default_factory=FleetConfig, description="Replicas that share the sources out (docs: Guides, Fleet)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
@@ -172,6 +176,9 @@ class Config(_Model):
                     raise ValueError(f"outputs.{i}.endpoint: {out.endpoint!r} is bound twice")
                 endpoints.add(out.endpoint)
         self._check_resume()
+        if self.fleet.store is not None and not self.http.enabled:
+            raise ValueError("fleet.store: needs http.enabled: true (sources are added, and the fleet shown, "
+                             "through the control API)")  # fmt: skip
         self._check_secondary()
         self._check_analytics()
         self._steps_fit()

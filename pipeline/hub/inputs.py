@@ -161,6 +161,8 @@ class Inputs:
         """The source opened: its pool is made and sent; slots follow when granting has begun."""
         record = self.of(worker)
         info = dict(header.get("info") or {})
+        if record.plan.ran_before:  # the outputs write beside the earlier run's files (SourcePlan)
+            info["ran_before"] = True
         record.info = info
         first = info.get("first_seq")
         if type(first) is int and first > 0:  # a resumed file: its frames go on from there

@@ -14,6 +14,7 @@ from typing import Any
 
 from framewire.pipeline.ops.actions import Commands
 from framewire.pipeline.ops.control import ControlServer
+from framewire.pipeline.ops.fleet import Fleet, FleetCommands
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.plan import HttpSettings, Plan
@@ -72,12 +73,14 @@ class Operations:
         inputs: Inputs,
         request_stop: Callable[[], None],
         forget: Callable[[str], None],
+        fleet: Fleet | None = None,
     ) -> None:
         try:
             self.server = ControlServer(http.host, http.port, http.token, metrics, health)
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
-        self.commands = Commands(plan, inputs, request_stop, health.stopping, forget)
+        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forget) if fleet is None
+                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forget))
         self.server.start()
 
     @property

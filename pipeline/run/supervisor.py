@@ -24,6 +24,7 @@ import zmq
 
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.core import Hub, Progress
+from framewire.pipeline.ops.fleet import Fleet
 from framewire.pipeline.ops.service import Health, Operations
 from framewire.pipeline.ops.telemetry import Telemetry
 from framewire.pipeline.plan import Plan, Report
@@ -57,12 +58,16 @@ class Supervisor:
             self._remove_ipc_dir()
             raise
         self._health = Health(plan, self._hub.roster, self._hub.inputs, self.stopping)
+        self._fleet: Fleet | None = None
+        """This replica's membership of a fleet (pipeline.ops.fleet); None: alone."""
         self._ops: Operations | None = None
         """The HTTP server and control API; None when `http` is off."""
         if plan.http is not None:
             try:
+                if plan.fleet is not None:
+                    self._fleet = Fleet(plan.fleet, plan, self._hub.inputs, self.stopping, self.telemetry.forget)
                 self._ops = Operations(plan, plan.http, self.metrics, self._health, self._hub.inputs,
-                                       self.request_stop, self.telemetry.forget)  # fmt: skip
+                                       self.request_stop, self.telemetry.forget, self._fleet)  # fmt: skip
             except BaseException:
                 self._close()
                 raise
@@ -114,12 +119,16 @@ class Supervisor:
             hub.lifecycle.start_stage(name, 0, factory, label=f"output[{index}]")
         for source in plan.sources:
             hub.inputs.add(source)
+        if self._fleet is not None:
+            self._fleet.start()
 
     def _each_turn(self) -> None:
         self._health.tick()
         self._check_stop()
 
     def _each_tick(self) -> None:
+        if self._fleet is not None:
+            self._fleet.tick()
         if self._ops is not None:
             self._ops.run_queued()
 
@@ -139,6 +148,8 @@ class Supervisor:
     def _close(self) -> None:
         if self._ops is not None:
             self._ops.stop()
+        if self._fleet is not None:
+            self._fleet.close()
         self._hub.close()
         self._remove_ipc_dir()
 

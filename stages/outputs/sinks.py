@@ -64,6 +64,11 @@ class _PerSource(Stage):
     def _open(self, source_id: str) -> Any:
         raise NotImplementedError
 
+    def later(self, source_id: str) -> bool:
+        """A later run of the source: its second in this job, or one that ran on another replica of a
+        fleet before (its stream says `ran_before`): its files go beside the earlier ones."""
+        return self._runs[source_id] > 1 or bool((self.streams.get(source_id) or {}).get("ran_before"))
+
     def writer(self, source_id: str) -> Any:
         writer = self._writers.get(source_id)
         if writer is None:
@@ -114,7 +119,7 @@ class VideoFileSink(_PerSource):
         # A template with {index} or {start} already names each file apart; one file per source is numbered.
         named_apart = {name for name, _ in paths.fields(template)} & {"index", "start"}
         append = resumed(info_dict)
-        if self._runs[source_id] > 1 and not named_apart and not append:
+        if self.later(source_id) and not named_apart and not append:
             template = later_run(template, lambda t: paths.render(t, source_id))
         return Recording(
             template,
@@ -178,7 +183,7 @@ class JsonlSink(_PerSource):
     def _open(self, source_id: str) -> JsonlWriter:
         template = self.config.path
         append = resumed(self.streams.get(source_id))
-        if self._runs[source_id] > 1 and not append:
+        if self.later(source_id) and not append:
             template = later_run(template, lambda t: resolve_path(t, source_id))
         self._paths[source_id] = resolve_path(template, source_id)
         writer = JsonlWriter(self._paths[source_id], append=append)

@@ -85,6 +85,12 @@ def mosquitto() -> tuple[Path, dict[str, str]]:
     return folder / "usr/sbin/mosquitto", library_env(folder)
 
 
+def redis() -> tuple[Path, dict[str, str]]:
+    """Debian's Redis (the fleet's coordination store): its server binary and the environment to run it with."""
+    folder = debian("redis", ["redis-server", "redis-tools", "libjemalloc2", "liblzf1"])
+    return folder / "usr/bin/redis-server", library_env(folder)
+
+
 def chromium() -> Path:
     """Debian's Chromium (the browser binary itself, for playwright's `executable_path`). A browser
     needs dozens of system libraries, so this one is installed with apt-get (root), not unpacked."""
@@ -105,6 +111,7 @@ def chromium() -> Path:
 SETUP: dict[str, Callable[[], object]] = {
     "mosquitto": mosquitto,
     "chromium": chromium,
+    "redis": redis,
 }
 
 
