@@ -18,6 +18,7 @@ from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
+from framewire.media.jpeg import jpeg_encoder
 from framewire.config import Config, SourceBase, SourceConfig, ZmqOutput, output_name
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
@@ -384,7 +385,10 @@ def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
         return None
-    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+    c = h.console
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, console=c.enabled,
+                        encode_preview=jpeg_encoder(c.preview_width, c.jpeg_quality) if c.enabled else None,
+                        preview_fps=c.preview_fps)  # fmt: skip
 
 
 def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:

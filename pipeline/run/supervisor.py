@@ -62,7 +62,8 @@ class Supervisor:
         if plan.http is not None:
             try:
                 self._ops = Operations(plan, plan.http, self.metrics, self._health, self._hub.inputs,
-                                       self.request_stop, self.telemetry.forget)  # fmt: skip
+                                       self.request_stop, self.telemetry.forget, self.telemetry.live)  # fmt: skip
+                self._hub.tap = self._ops.previews
             except BaseException:
                 self._close()
                 raise
