@@ -92,10 +92,11 @@ class LiveStats:
             window = self._windows[source] = _Window(now)
         window.frames.append((now, latency_s))
 
-    def tick(self, inputs: Inputs, now: float | None = None) -> None:
-        """Publish a new snapshot when PUBLISH_S has passed (the hub calls this once a tick)."""
+    def tick(self, inputs: Inputs, now: float | None = None, *, force: bool = False) -> None:
+        """Publish a new snapshot when PUBLISH_S has passed (the hub calls this once a tick), or
+        now with `force` (the job's last, once its hub has stopped)."""
         now = time.monotonic() if now is None else now
-        if now - self._published < PUBLISH_S:
+        if now - self._published < PUBLISH_S and not force:
             return
         self._published = now
         chart = now - self._charted >= HISTORY_S

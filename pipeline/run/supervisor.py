@@ -92,6 +92,7 @@ class Supervisor:
             self.report.exit_code = exc.exit_code
             self.report.error = str(exc)
         finally:
+            self.telemetry.live.tick(self._hub.inputs, force=True)  # the sources' final states
             self._close()
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)
