@@ -11,6 +11,7 @@ without a lock and never touch the hub's state.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class _Window:
 
 def _percentile(ordered: list[float], q: float) -> float:
     """The nearest-rank percentile of sorted values."""
-    rank = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[rank]
 
 

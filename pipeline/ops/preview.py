@@ -58,9 +58,10 @@ class Previews:
     """The console's preview frames. `frame_done` is the hub's (its loop); `wait_frame` the HTTP
     threads'; the encoding runs on a thread of its own, started with the first viewer."""
 
-    def __init__(self, encode: Encoder, fps: float, metrics: Metrics | None = None) -> None:
+    def __init__(self, encode: Encoder, fps: float, metrics: Metrics | None = None, lease_s: float = LEASE_S) -> None:
         self.encode = encode
         self.interval = 1.0 / fps if fps > 0 else 0.0
+        self.lease_s = lease_s
         self.metrics = metrics
         if metrics is not None:
             metrics.declare("framewire_preview_frames_total", "counter",
@@ -84,6 +85,15 @@ class Previews:
         now = time.monotonic()
         if now > watched.until or now < watched.due or watched.busy or slot < 0:
             return
+        try:
+            self._hand_over(source, watched, pool, slot, written, now)
+        except Exception as exc:  # the hub loop must go on whatever a preview does
+            log.warning("console: preview of source %s: %s", source, exc)
+
+    def _hand_over(
+        self, source: str, watched: _Watched, pool: FramePool, slot: int, written: Collection[str], now: float
+    ) -> None:
+        """Copy the frame out of its slot and queue it for the encoder."""
         region = "output" if "output" in written and pool.has("output") else "image"
         view = pool.view(slot, region)
         if watched.buffer is None or watched.buffer.shape != view.shape or watched.buffer.dtype != view.dtype:
@@ -105,7 +115,7 @@ class Previews:
             if watched.until <= now:
                 log.info("console: preview of source %s watched", source)
                 watched.stale_upto = watched.number
-            watched.until = now + LEASE_S
+            watched.until = now + self.lease_s
             if self._thread is None:
                 self._thread = threading.Thread(target=self._encode_loop, name="framewire-preview", daemon=True)
                 self._thread.start()
@@ -122,7 +132,7 @@ class Previews:
                 if left <= 0:
                     return None
                 watched.ready.wait(min(left, 0.5))
-                watched.until = max(watched.until, time.monotonic() + LEASE_S)
+                watched.until = max(watched.until, time.monotonic() + self.lease_s)
             return watched.number, watched.jpeg
 
     def watching(self) -> list[str]:
