@@ -11,9 +11,13 @@ function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
-  if (token()) headers["Authorization"] = "Bearer " + token();
+  const sent = token();
+  if (sent) headers["Authorization"] = "Bearer " + sent;
   const response = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
-  if (response.status === 401) { askToken(token() ? "that token was refused" : ""); throw new Error("unauthorised"); }
+  if (response.status === 401) {
+    if (sent === token()) askToken(sent ? "that token was refused" : ""); // not an answer to an older token
+    throw new Error("unauthorised");
+  }
   return response;
 }
 
