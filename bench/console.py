@@ -67,14 +67,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _picture(height: int, width: int) -> np.ndarray:
     """A real frame (bikes.mp4's 50th) at this size: JPEG time depends on the picture."""
+    import av
     import cv2
 
-    from framewire.media.video_reader import VideoReader
-
-    with VideoReader("bikes", str(harness.ROOT / "assets" / "videos" / "bikes.mp4")) as reader:
-        for index, frame in enumerate(reader.frames()):
+    with av.open(str(harness.ROOT / "assets" / "videos" / "bikes.mp4")) as container:
+        for index, frame in enumerate(container.decode(video=0)):
             if index == 50:
-                return np.ascontiguousarray(cv2.resize(frame.image, (width, height), interpolation=cv2.INTER_AREA))
+                image = frame.to_ndarray(format="bgr24")
+                return np.ascontiguousarray(cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA))
     raise RuntimeError("bikes.mp4 has fewer than 51 frames")
 
 

@@ -131,7 +131,7 @@ class Previews:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                watched.ready.wait(min(left, 0.5))
+                watched.ready.wait(min(left, self.lease_s / 2))
                 watched.until = max(watched.until, time.monotonic() + self.lease_s)
             return watched.number, watched.jpeg
 

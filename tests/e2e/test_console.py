@@ -106,9 +106,10 @@ def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, b
         assert card.locator(".state").text_content() == "running"
         preview = card.locator("img.preview")
         page.wait_for_function("() => document.querySelector('article[data-source=cam1] img.preview').naturalWidth > 0")
-        first_src, first = preview.get_attribute("src"), preview.screenshot()
-        page.wait_for_function(f"() => document.querySelector('article[data-source=cam1] img.preview').src !== {json.dumps(first_src)}")
-        page.wait_for_function("() => document.querySelector('article[data-source=cam1] img.preview').naturalWidth > 0")
+        first = preview.screenshot()
+        shown = preview.get_attribute("src")  # the first shot shows this frame or an earlier one
+        img = "document.querySelector('article[data-source=cam1] img.preview')"
+        page.wait_for_function(f"() => {img}.src !== {json.dumps(shown)} && {img}.complete && {img}.naturalWidth > 0")
         assert preview.screenshot() != first  # the square moved
         assert _encoded(url).get("cam1", 0) >= 2
         # A source added from the page appears, runs, and is removed from it.

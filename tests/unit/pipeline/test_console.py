@@ -107,34 +107,36 @@ def test_nothing_is_encoded_without_a_viewer(pool: FramePool) -> None:
     assert "framewire_preview_frames_total{" not in metrics.render()
 
 
+def _deliver(previews: Previews, pool: FramePool, written: set[str], after: int) -> tuple[int, bytes]:
+    """A viewer asks for the frame after number `after` while the hub finishes frames, as it does."""
+    got: list[tuple[int, bytes] | None] = []
+    viewer = threading.Thread(target=lambda: got.append(previews.wait_frame("cam", after=after, timeout=10)))
+    viewer.start()
+    while viewer.is_alive():
+        previews.frame_done("cam", pool, 0, written)
+        viewer.join(0.01)
+    assert got and got[0] is not None
+    return got[0]
+
+
 def test_a_viewer_gets_the_composited_frame_and_the_encoding_stops_when_it_leaves(pool: FramePool) -> None:
     encoder, metrics = _Counting(), Metrics()
-    previews = Previews(encoder, fps=1000.0, metrics=metrics, lease_s=0.3)
+    previews = Previews(encoder, fps=1000.0, metrics=metrics, lease_s=1.0)
     pool.view(0, "image")[:] = 10
     pool.view(0, "output")[:] = 200  # what the composite drew
-    got: list[tuple[int, bytes] | None] = []
-    viewer = threading.Thread(target=lambda: got.append(previews.wait_frame("cam", after=0, timeout=10)))
-    viewer.start()
-    deadline = time.monotonic() + 10
-    while previews.watching() != ["cam"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    previews.frame_done("cam", pool, 0, {"image", "output"})
-    viewer.join(10)
-    assert got and got[0] is not None and got[0][0] == 1
-    image = cv2.imdecode(np.frombuffer(got[0][1], np.uint8), cv2.IMREAD_COLOR)
-    assert image.shape == (48, 64, 3) and abs(float(image.mean()) - 200.0) < 3
-    assert "framewire_preview_frames_total{source=\"cam\"} 1.0" in metrics.render()
+    number, jpeg = _deliver(previews, pool, {"image", "output"}, after=0)
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert number >= 1 and image.shape == (48, 64, 3) and abs(float(image.mean()) - 200.0) < 3
+    assert f'framewire_preview_frames_total{{source="cam"}} {float(encoder.calls)}' in metrics.render()
     # Not composited (written lacks output): the decoded image is shown.
-    previews.frame_done("cam", pool, 0, {"image"})
-    frame = previews.wait_frame("cam", after=1, timeout=10)
-    assert frame is not None and abs(float(cv2.imdecode(np.frombuffer(frame[1], np.uint8), 1).mean()) - 10) < 3
-    time.sleep(0.4)  # past the lease: the viewer has gone (the sleep is what is tested)
+    number, jpeg = _deliver(previews, pool, {"image"}, after=encoder.calls)
+    assert abs(float(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).mean()) - 10.0) < 3
+    time.sleep(1.1)  # past the lease: the viewer has gone (the sleep is what is tested)
     assert previews.watching() == []
     calls = encoder.calls
     for _ in range(20):
         previews.frame_done("cam", pool, 0, {"image", "output"})
-    assert encoder.calls == calls == 2
+    assert encoder.calls == calls
     previews.close()
 
 
