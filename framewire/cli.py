@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
-    run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    run.add_argument("--no-progress", action="store_true", help="no progress display (the bar, a line per source), even on a terminal")
 
     validate = sub.add_parser("validate", help="check a config and its model against its task")
     add_config_args(validate)
