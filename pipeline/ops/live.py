@@ -58,10 +58,11 @@ class _Window:
             self.frames.popleft()
 
     def rates(self, now: float) -> tuple[float, float | None, float | None]:
-        """Frames per second and latency p50, p99 (ms) over the window (or since the source came,
-        when that is shorter: a source 1 s old at 25 fps shows 25, not 5)."""
+        """Frames per second and latency p50, p99 (ms) over the window (or since the source's first
+        frame, when that is shorter: a source 2 s old at 25 fps shows 25, not 10; but over 1 s at
+        least, so the frames that queued while the workers warmed up do not show as a spike)."""
         self.trim(now)
-        span = min(WINDOW_S, max(now - self.since, 1e-3))
+        span = min(WINDOW_S, max(now - self.since, 1.0))
         fps = len(self.frames) / span
         latencies = sorted(lat for _, lat in self.frames if lat is not None)
         if not latencies:
