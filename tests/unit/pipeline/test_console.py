@@ -198,3 +198,10 @@ def test_the_console_off_answers_404() -> None:
         assert (status, json.loads(body)) == (404, {"error": "the web console is off (http.console.enabled): /"})
     finally:
         control.stop()
+
+
+def test_frames_that_queued_at_the_start_show_no_spike() -> None:
+    live, inputs = LiveStats(), _Inputs(cam="running")
+    for i in range(16):  # the pool's slots, filled while the workers warmed up, done within 0.15 s
+        live.done("cam", 0.5, now=100.0 + i * 0.01)
+    assert _snapshot(live, inputs, now=100.2)["cam"]["fps"] == 16.0  # over 1 s at least, not 80
