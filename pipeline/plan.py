@@ -73,6 +73,7 @@ class HttpSettings:
     encode_preview: Callable[[Any], bytes] | None = None
     """A frame (BGR uint8) to JPEG bytes, for the console's previews; None: no previews."""
     preview_fps: float = 10.0
+    """The most previews a second a watched source is encoded at."""
 
 
 @dataclass(frozen=True)

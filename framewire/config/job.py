@@ -142,6 +142,8 @@ class TransportConfig(_Model):
 
 
 class ConsoleConfig(_Model):
+    """`http.console`: the web page at `/`; previews are encoded only while someone watches."""
+
     enabled: bool = Field(default=True, description="Serve the web console at / (docs: Guides, Web console).")
     preview_fps: float = Field(
         default=10.0, gt=0, le=60, description="The most preview frames a second each watched source is encoded at."

@@ -121,6 +121,7 @@ def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, b
         page.wait_for_function(
             "() => Number(document.querySelector('article[data-source=cam2] [data-field=frames]').textContent) > 0")
         assert page.locator("#add-error").text_content() == ""
+        page.wait_for_function("() => document.querySelector('article[data-source=cam2] img.preview').naturalWidth > 0")
         added.locator("button.remove").click()
         page.wait_for_function("() => ['draining', 'ended'].includes("
                                "document.querySelector('article[data-source=cam2] .state').textContent)")
