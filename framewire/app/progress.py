@@ -21,6 +21,7 @@ REDRAW_S = 0.25
 MAX_SOURCES = 12
 """Sources shown one per line; the others are summed up in one more line."""
 BAR_WIDTH = 30
+RUNNING = ("opening", "running", "draining")
 
 
 class _Job(Protocol):
@@ -32,9 +33,10 @@ class _Job(Protocol):
 def progress_lines(stats: Mapping[str, Any], sources: Sequence[Mapping[str, Any]], width: int = 100) -> list[str]:
     """The display's lines for a job's `stats()` and `sources()`, each cut to `width` characters."""
     done, total = int(stats.get("frames", 0)), stats.get("total")
-    if sources:
-        fps = sum(float(s.get("fps") or 0.0) for s in sources)
-    else:  # the first half second: no rates yet
+    running = [s for s in sources if s.get("state") in RUNNING]
+    if running:
+        fps = sum(float(s.get("fps") or 0.0) for s in running)
+    else:  # before the first rates, and once every source has ended: the job's average
         fps = done / max(float(stats.get("elapsed_s", 0.0)), 1e-6)
     if total:
         filled = int(BAR_WIDTH * min(done, total) / total)
@@ -94,7 +96,8 @@ class ProgressDisplay:
 
     def draw(self, lines: Sequence[str]) -> None:
         up = f"\x1b[{self._drawn - 1}A" if self._drawn > 1 else ""
-        self.stream.write(up + "\r" + "\n".join("\x1b[2K" + line for line in lines) + "\x1b[J")
+        # Each line written over the old one, the rest of it erased (ESC[K); what is left below, too (ESC[J).
+        self.stream.write(up + "\r" + "\n".join(line + "\x1b[K" for line in lines) + "\x1b[J")
         self.stream.flush()
         self._drawn = len(lines)
 

@@ -42,10 +42,10 @@ def test_a_multi_source_job_shows_each_sources_rate_and_state(tmp_path: Path) ->
     os.close(master)
     assert proc.wait(timeout=30) == 0, out.decode(errors="replace")[-2000:]
     text = out.decode()
-    rates = {sid: [float(fps) for fps in re.findall(rf"\x1b\[2K  {sid}\s+running\s+([\d.]+) fps", text)]
+    rates = {sid: [float(fps) for fps in re.findall(rf"\n  {sid}\s+running\s+([\d.]+) fps", text)]
              for sid in ("front", "back")}  # fmt: skip
     # Paced at 29.97 fps: each line shows its own rate as it goes (about that, less on a loaded machine).
     assert all(rates[sid] and 5.0 < max(rates[sid]) < 60.0 for sid in rates), (rates, text[-2000:])
-    assert re.search(r"\x1b\[2K  back\s+ended\s+0\.0 fps", text)  # back ends first; front goes on
+    assert re.search(r"\n  back\s+ended\s+0\.0 fps", text)  # back ends first; front goes on
     assert "\x1b[2A\r" in text  # three lines redrawn in place
     assert re.search(r"\[#+\] 120/120 frames", text) and "framewire: 120 frames in" in text

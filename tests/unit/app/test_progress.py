@@ -40,8 +40,10 @@ def test_many_sources_are_summed_up_past_the_limit() -> None:
     assert lines[-1] == "  ... 3 more source(s), 30.0 fps together"
 
 
-def test_before_any_rate_the_average_stands_in() -> None:
+def test_before_any_rate_and_at_the_end_the_average_stands_in() -> None:
     assert progress_lines({"frames": 30, "total": 120, "elapsed_s": 2.0}, [])[0].endswith("30/120 frames  15.0 fps")
+    done = [_source("a", 0.0, "ended"), _source("b", 0.0, "failed")]
+    assert progress_lines({"frames": 120, "total": 120, "elapsed_s": 4.0}, done)[0].endswith(" 120/120 frames  30.0 fps")
     assert source_line({"id": "cam", "state": "opening", "fps": 0.0, "latency_p50_ms": None,
                         "latency_p99_ms": None, "frames": 0}, 3).rstrip() == "  cam  opening     0.0 fps" + " " * 27 + "0 frames"  # fmt: skip
 
@@ -74,9 +76,10 @@ def test_the_display_redraws_its_block_in_place() -> None:
     assert isinstance(report, Report)
     text = out.getvalue()
     first, second, last = text.split("\x1b[J")[:3]
-    assert first.startswith("\r\x1b[2K1 frames") and first.count("\n") == 2  # three lines, no move up yet
-    assert second.startswith("\x1b[2A\r\x1b[2K2 frames") and second.count("\n") == 1  # up two, then two lines
-    assert last.startswith("\x1b[1A\r\x1b[2K3 frames") and text.endswith("\x1b[J\n")
+    assert first.startswith("\r1 frames") and first.count("\n") == 2  # three lines, no move up yet
+    assert second.startswith("\x1b[2A\r2 frames") and second.count("\n") == 1  # up two, then two lines
+    assert last.startswith("\x1b[1A\r3 frames") and text.endswith("\x1b[J\n")
+    assert all(line.endswith("\x1b[K") for line in second.split("\n"))  # the rest of each old line erased
     quiet = io.StringIO()
     ProgressDisplay(quiet, enabled=False).follow(_EndsAtOnce())
     assert quiet.getvalue() == ""
