@@ -2,8 +2,9 @@
 removes sources through the control API.
 
     GET /                          the page (static: index.html, console.js, console.css, favicon)
-    GET /console/stats             each source's state, counts, fps and latency p50/p99 over the last
-                                   seconds, and their recent history for the charts (ops.live)
+    GET /console/stats?since=T     each source's state, counts, fps and latency p50/p99 over the last
+                                   seconds, and their history for the charts (ops.live): the last
+                                   three minutes, or only the points after time T
     GET /console/preview/<id>?after=N
                                    the source's next preview frame as JPEG once there is one newer
                                    than number N (its number in `X-Frame`); 204 after a while
@@ -74,7 +75,10 @@ class Console:
         if not authorised:
             return Answer.error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         if route == STATS:
-            snapshot = self.live.snapshot.to_json()
+            since = _number(target, "since")
+            if since is None:
+                return Answer.error(HTTPStatus.BAD_REQUEST, "since: not a time (seconds since the epoch)")
+            snapshot = self.live.snapshot.to_json(since)
             snapshot["previews"] = self.previews is not None
             return Answer(HTTPStatus.OK, json.dumps(snapshot).encode(), headers={"Cache-Control": "no-store"})
         return self._preview(route[len(PREVIEW):], target)
@@ -84,12 +88,10 @@ class Console:
             return Answer.error(HTTPStatus.NOT_FOUND, "previews are off (http.console.enabled: false)")
         if source not in {s["id"] for s in self.live.snapshot.sources}:
             return Answer.error(HTTPStatus.NOT_FOUND, f"no source {source!r}")
-        query = parse_qs(urlsplit(target).query)
-        try:
-            after = int(query.get("after", ["0"])[0])
-        except ValueError:
-            return Answer.error(HTTPStatus.BAD_REQUEST, f"after: not a frame number: {query['after'][0]!r}")
-        frame = self.previews.wait_frame(source, after, PREVIEW_WAIT_S)
+        after = _number(target, "after")
+        if after is None or after != int(after):
+            return Answer.error(HTTPStatus.BAD_REQUEST, "after: not a frame number")
+        frame = self.previews.wait_frame(source, int(after), PREVIEW_WAIT_S)
         if frame is None:
             return Answer(HTTPStatus.NO_CONTENT, b"", None, {"Cache-Control": "no-store"})
         number, jpeg = frame
@@ -100,3 +102,15 @@ class Console:
         if data is None:
             data = self._files[name] = resources.files("framewire.pipeline.ops").joinpath("static", name).read_bytes()
         return data
+
+
+def _number(target: str, name: str) -> float | None:
+    """Query parameter `name` of `target` as a number (0 when absent), None when it is not one."""
+    values = parse_qs(urlsplit(target).query).get(name)
+    if not values:
+        return 0.0
+    try:
+        value = float(values[0])
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None

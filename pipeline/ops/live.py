@@ -36,12 +36,13 @@ class Snapshot:
     history: dict[str, tuple[tuple[float, float, float | None, float | None], ...]] = field(default_factory=dict)
     """Per source: (time, fps, p50 ms, p99 ms) points, oldest first."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, since: float = 0.0) -> dict[str, Any]:
+        """The snapshot for `GET /console/stats`: with `since`, only the chart points after it."""
         return {
             "at": round(self.at, 3),
             "window_s": WINDOW_S,
             "sources": list(self.sources),
-            "history": {sid: [list(p) for p in points] for sid, points in self.history.items()},
+            "history": {sid: [list(p) for p in points if p[0] > since] for sid, points in self.history.items()},
         }
 
 

@@ -5,7 +5,10 @@
 const TOKEN_KEY = "framewire.token";
 const POLL_MS = 1000;
 const cards = new Map(); // source id -> {root, fields, charts, preview}
+const history = new Map(); // source id -> [[time, fps, p50, p99], ...], the last HISTORY points
+const HISTORY = 180;
 let previewsOn = false;
+let since = 0; // the newest chart point held: the next poll asks only for newer ones
 
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
@@ -139,7 +142,7 @@ function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
 async function refresh() {
   let data;
   try {
-    const response = await api("/console/stats");
+    const response = await api("/console/stats?since=" + since);
     if (!response.ok) throw new Error("status " + response.status);
     data = await response.json();
   } catch (error) {
@@ -152,15 +155,20 @@ async function refresh() {
   const live = data.sources.filter((s) => ["opening", "running", "draining"].includes(s.state)).length;
   document.getElementById("status").textContent =
     data.sources.length + " source(s), " + live + " running; rates over the last " + data.window_s + " s";
+  for (const [id, points] of Object.entries(data.history)) {
+    const held = (history.get(id) || []).concat(points);
+    history.set(id, held.slice(-HISTORY));
+    for (const p of points) if (p[0] > since) since = p[0];
+  }
   const seen = new Set();
   for (const source of data.sources) {
     seen.add(source.id);
     let card = cards.get(source.id);
     if (!card) { card = makeCard(source.id); cards.set(source.id, card); }
-    update(card, source, data.history[source.id]);
+    update(card, source, history.get(source.id));
   }
   for (const [id, card] of cards) {
-    if (!seen.has(id)) { card.gone = true; card.root.remove(); cards.delete(id); }
+    if (!seen.has(id)) { card.gone = true; card.root.remove(); cards.delete(id); history.delete(id); }
   }
   document.getElementById("empty").hidden = data.sources.length > 0;
 }

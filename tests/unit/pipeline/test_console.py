@@ -184,6 +184,11 @@ def test_the_page_is_open_and_its_data_needs_the_token(server: str) -> None:
     status, _, body = _get(server + "/console/stats", "t0k")
     data = json.loads(body)
     assert status == 200 and [s["id"] for s in data["sources"]] == ["cam"] and data["previews"] is False
+    assert len(data["history"]["cam"]) == 1  # the chart's first point
+    later = json.loads(_get(server + f"/console/stats?since={data['history']['cam'][0][0]}", "t0k")[2])
+    assert later["history"] == {"cam": []} and later["sources"] == data["sources"]  # only newer points
+    assert _get(server + "/console/stats?since=soon", "t0k")[::2] == (
+        400, b'{"error": "since: not a time (seconds since the epoch)"}')  # fmt: skip
     assert json.loads(_get(server + "/console/preview/cam", "t0k")[2]) == {
         "error": "previews are off (http.console.enabled: false)"}  # fmt: skip
     assert _get(server + "/", method="POST")[0] == 405
