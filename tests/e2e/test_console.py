@@ -64,6 +64,13 @@ def _encoded(url: str) -> dict[str, float]:
     return {s.labels["source"]: s.value for s in family.samples if s.name.endswith("_total")} if family else {}
 
 
+def _encoding_stopped(url: str, source: str) -> bool:
+    """No preview of `source` encoded for a second (at 10 a second while watched)."""
+    before = _encoded(url).get(source)
+    time.sleep(1.0)
+    return before == _encoded(url).get(source)
+
+
 def _daemon(tmp: Path, port: int, clip: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return start_cli(*face_job(tmp, clip, "--set", "sources.0.realtime=true", "--set", "http.enabled=true",
                                "--set", f"http.port={port}", "--set", "http.keep_running=true",
@@ -86,8 +93,8 @@ def _stop(proc: subprocess.Popen[str], url: str, token: str | None = None) -> No
 
 
 def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, browser: Any) -> None:
-    # 40 s paced: the previews still move however slow the machine is to get there; /stop ends it.
-    clip = clips.make_clip(tmp_path / "moving.mp4", width=320, height=240, frames=1000, fps=25)
+    # 60 s paced: the previews still move however slow the machine is to get there; /stop ends it.
+    clip = clips.make_clip(tmp_path / "moving.mp4", width=320, height=240, frames=1500, fps=25)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _daemon(tmp_path / "out", port, clip)
@@ -129,6 +136,9 @@ def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, b
         page.wait_for_function("() => document.querySelector('article[data-source=cam1] canvas.chart-fps').width > 0")
         page.close()
         assert problems == []
+        # The page gone, its lease lapses (3 s) and the encoding stops while cam1 still runs.
+        _until(lambda: _encoding_stopped(url, "cam1"), proc, timeout=20)
+        assert {s["id"]: s["state"] for s in stats()["sources"]}["cam1"] == "running"
     finally:
         _stop(proc, url)
 
