@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
-    run.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    run.add_argument("--no-progress", action="store_true", help="no progress display (the bar, a line per source), even on a terminal")
     run.add_argument("--resume", action="store_true",
                      help="every file source goes on after the frames its outputs hold (sets sources.N.resume)")  # fmt: skip
     run.add_argument("--shard", metavar="I/N", help="run only replica I of N's share of the sources (0-based; "
@@ -178,40 +178,9 @@ def classes_line(labels: Sequence[str], limit: int = 20) -> str:
     return f"classes ({len(labels)}): {shown}{more}"
 
 
-class _Progress:
-    """A one-line progress bar on stderr, redrawn at most ten times a second."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.started = time.monotonic()
-        self._last = 0.0
-
-    def __call__(self, done: int, total: int | None) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self._last < 0.1 and (total is None or done < total):
-            return
-        self._last = now
-        fps = done / max(now - self.started, 1e-6)
-        if total:
-            width = 30
-            filled = int(width * min(done, total) / total)
-            bar = "#" * filled + "-" * (width - filled)
-            line = f"\r[{bar}] {done}/{total} frames {fps:5.1f} fps"
-        else:
-            line = f"\r{done} frames {fps:5.1f} fps"
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
-    def end(self) -> None:
-        if self.enabled and self._last:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 def _run(args: argparse.Namespace, level: int) -> int:
     """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
+    from framewire.app.progress import ProgressDisplay
     from framewire.runner import start
 
     shard = [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else []
@@ -220,15 +189,15 @@ def _run(args: argparse.Namespace, level: int) -> int:
         files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources)
                  if getattr(s, "kind", None) == "file" and not s.is_live]  # fmt: skip
         config = load_job(args, [*shard, *files]) if files else config
-    progress = _Progress(enabled=not args.no_progress and sys.stderr.isatty())
-    job = start(config, log_level=level, log_format=args.log_format, progress=progress)
+    display = ProgressDisplay(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
+    job = start(config, log_level=level, log_format=args.log_format)
     handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        report = job.wait()
+        report = display.follow(job)  # a bar, and a line per source with its recent rate and state
     finally:
+        display.end()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    progress.end()
     _summary(report, args.log_format)
     return report.exit_code
 

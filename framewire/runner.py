@@ -96,6 +96,11 @@ class Job:
             "running": not self.done,
         }
 
+    def sources(self) -> list[dict[str, Any]]:
+        """Each source as `GET /sources` lists it, with its `fps` and end-to-end `latency_p50_ms`
+        and `latency_p99_ms` over the last seconds (pipeline.ops.live; refreshed twice a second)."""
+        return list(self._supervisor.telemetry.live.snapshot.sources)
+
     def __enter__(self) -> Job:
         return self
 

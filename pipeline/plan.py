@@ -70,6 +70,12 @@ class HttpSettings:
     token: str | None = None
     keep_running: bool = False
     """Stay up when every source has ended, waiting for sources added through the control API."""
+    console: bool = True
+    """Serve the web console at / (pipeline.ops.console)."""
+    encode_preview: Callable[[Any], bytes] | None = None
+    """A frame (BGR uint8) to JPEG bytes, for the console's previews; None: no previews."""
+    preview_fps: float = 10.0
+    """The most previews a second a watched source is encoded at."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from framewire.config import (
     Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path,
 )  # fmt: skip
 from framewire.config.job import resume_problem
+from framewire.media.jpeg import jpeg_encoder
 from framewire.config.keys import suggest
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
@@ -375,7 +376,10 @@ def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
         return None
-    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+    c = h.console
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, console=c.enabled,
+                        encode_preview=jpeg_encoder(c.preview_width, c.jpeg_quality) if c.enabled else None,
+                        preview_fps=c.preview_fps)  # fmt: skip
 
 
 def resume_targets(config: Config, source_id: str) -> ResumeTargets:

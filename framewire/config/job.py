@@ -100,6 +100,17 @@ class TransportConfig(_Model):
         return data
 
 
+class ConsoleConfig(_Model):
+    """`http.console`: the web page at `/`; previews are encoded only while someone watches."""
+
+    enabled: bool = Field(default=True, description="Serve the web console at / (docs: Guides, Web console).")
+    preview_fps: float = Field(
+        default=10.0, gt=0, le=60, description="The most preview frames a second each watched source is encoded at."
+    )
+    preview_width: int = Field(default=640, ge=16, le=7680, description="Previews are shrunk to this width at most.")
+    jpeg_quality: int = Field(default=75, ge=10, le=100, description="JPEG quality of the previews.")
+
+
 class HttpConfig(_Model):
     enabled: bool = Field(default=False, description="Serve /metrics, /healthz and the control API.")
     host: str = Field(
@@ -112,6 +123,9 @@ class HttpConfig(_Model):
     keep_running: bool = Field(
         default=False,
         description="Stay up when every source has ended, for sources added through the control API.",
+    )
+    console: ConsoleConfig = Field(
+        default_factory=ConsoleConfig, description="The web console: sources, rates, previews, add and remove."
     )
 
     @model_validator(mode="after")

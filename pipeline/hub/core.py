@@ -28,7 +28,7 @@ from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
-from framewire.pipeline.hub.observer import HubObserver
+from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
 from framewire.pipeline.names import TRACK
@@ -76,6 +76,8 @@ class Hub:
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self._next_tick = 0.0
+        self.tap: FrameTap | None = None
+        """Shown each finished frame before its slot goes back (the console's previews); None: off."""
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -239,6 +241,8 @@ class Hub:
         self.observer.on_done(key.source, latency)
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
+        if self.tap is not None and record.pool is not None:
+            self.tap.frame_done(key.source, record.pool, state.slot, state.written)
         record.give_slot(state.slot)
         self.done_total += 1
         if self.progress is not None:

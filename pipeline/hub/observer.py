@@ -6,12 +6,13 @@ metrics implement them (pipeline.ops.telemetry.Telemetry); a test can give a rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.peers import Roster
 from framewire.pipeline.hub.routing import Router
+from framewire.pipeline.wire.framepool import FramePool
 
 
 class HubObserver(Protocol):
@@ -48,3 +49,11 @@ class HubObserver(Protocol):
 
     def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
         """Once a tick: the hub's state as it is now (queues, workers, sources, worker pids by name)."""
+
+
+class FrameTap(Protocol):
+    """Sees each finished frame in its slot before the slot goes back (the console's previews,
+    pipeline.ops.preview); must return at once when it does not want the frame."""
+
+    def frame_done(self, source: str, pool: FramePool, slot: int, written: Collection[str]) -> None:
+        """Every output is done with the frame in `slot` of `pool`; `written`: its regions written."""

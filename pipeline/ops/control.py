@@ -10,6 +10,7 @@
     DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
     POST   /drain              stop reading every source, finish what is in flight, exit
     POST   /stop               stop now (frames in flight are not finished)
+    GET    /, /console/...     the web console and its data (pipeline.ops.console)
 
 HEAD works wherever GET does, and a query string is ignored (`/metrics?x=1`, a probe's cache buster).
 The control endpoints need `Authorization: Bearer <token>` when `http.token` is set. The server
@@ -39,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from framewire.pipeline.ops.console import Console, console_route
 from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ PROBES = {"/livez": ("live",), "/readyz": ("ready",), "/healthz": ("live", "read
 
 def allowed_methods(route: str) -> tuple[str, ...]:
     """The methods `route` takes; () where there is no such path."""
+    if console_route(route):
+        return ("GET", "HEAD")
     if route.startswith("/sources/"):
         source_id = route[len("/sources/"):]
         return ROUTES["/sources/<id>"] if source_id and "/" not in source_id else ()
@@ -104,8 +108,10 @@ class ControlServer:
         token: str | None,
         metrics: Metrics,
         health: Callable[[], dict[str, Any]],
+        console: Console | None = None,
     ) -> None:
         self.metrics = metrics
+        self.console = console
         self.health = health
         self.token = token
         self.commands: queue.Queue[Command] = queue.Queue()
@@ -232,7 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str, route: str) -> None:
         if method in ("GET", "HEAD"):
-            if route == "/metrics":
+            if console_route(route):
+                self._console(route)
+            elif route == "/metrics":
                 self._send(HTTPStatus.OK, self.server.control.metrics.render().encode(), CONTENT_TYPE)
             elif route == "/sources":
                 self._control("list")
@@ -251,6 +259,13 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         command = control.submit(action, self._body() if body else source)
         self._json(command.status, command.reply)
+
+    def _console(self, route: str) -> None:
+        control = self.server.control
+        if control.console is None:
+            raise _Refused(HTTPStatus.NOT_FOUND, f"the web console is off (http.console.enabled): {route}")
+        answer = control.console.answer(route, self.path, control.authorised(self.headers.get("Authorization")))
+        self._send(answer.status, answer.body, answer.content_type, answer.headers)
 
     def _probe(self, keys: tuple[str, ...]) -> None:
         state = self.server.control.health()

@@ -13,8 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from framewire.pipeline.ops.actions import Commands
+from framewire.pipeline.ops.console import Console
 from framewire.pipeline.ops.control import ControlServer
 from framewire.pipeline.ops.fleet import Fleet, FleetCommands
+from framewire.pipeline.ops.live import LiveStats
+from framewire.pipeline.ops.preview import Previews
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.plan import HttpSettings, Plan
@@ -73,14 +76,23 @@ class Operations:
         inputs: Inputs,
         request_stop: Callable[[], None],
         forget: Callable[[str], None],
+        live: LiveStats | None = None,
         fleet: Fleet | None = None,
     ) -> None:
+        self.previews: Previews | None = None
+        """The console's preview frames (the hub's frame tap); None when the console or previews are off."""
+        console = None
+        if http.console:
+            if http.encode_preview is not None:
+                self.previews = Previews(http.encode_preview, http.preview_fps, metrics)
+            console = Console(live or LiveStats(), self.previews)
         try:
-            self.server = ControlServer(http.host, http.port, http.token, metrics, health)
+            self.server = ControlServer(http.host, http.port, http.token, metrics, health, console)
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
-        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forget) if fleet is None
-                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forget))
+        forgetting = self._forgetting(forget)
+        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forgetting) if fleet is None
+                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forgetting))
         self.server.start()
 
     @property
@@ -92,3 +104,15 @@ class Operations:
 
     def stop(self) -> None:
         self.server.stop()
+        if self.previews is not None:
+            self.previews.close()
+
+    def _forgetting(self, forget: Callable[[str], None]) -> Callable[[str], None]:
+        """`forget`, and the source's preview goes too."""
+
+        def both(source_id: str) -> None:
+            forget(source_id)
+            if self.previews is not None:
+                self.previews.forget(source_id)
+
+        return both

@@ -20,6 +20,7 @@ from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.peers import Roster
 from framewire.pipeline.hub.routing import Router
 from framewire.pipeline.ops import track_counts
+from framewire.pipeline.ops.live import LiveStats
 from framewire.pipeline.ops.metrics import Labels, Metrics
 
 FAMILIES = (
@@ -72,6 +73,8 @@ class Telemetry:
         self.gauges = Gauges(self.metrics)
         self.processes = WorkerProcesses()
         self.metrics.collect_also(self.processes.collect)
+        self.live = LiveStats()
+        """Each source's rate and latency over the last seconds (the console, the terminal)."""
 
     def on_stage_done(self, source: str, stage: str, seconds: float | None) -> None:
         self.metrics.inc("framewire_frames_total", source=source, stage=stage)
@@ -82,6 +85,7 @@ class Telemetry:
         self.metrics.inc("framewire_frames_total", source=source, stage="output")
         if latency_s is not None:
             self.metrics.observe("framewire_end_to_end_latency_seconds", latency_s, source=source)
+        self.live.done(source, latency_s)
 
     def on_failed(self, source: str, stage: str) -> None:
         self.metrics.inc("framewire_failed_frames_total", source=source, stage=stage)
@@ -110,10 +114,12 @@ class Telemetry:
     def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
         self.gauges.update(router, roster, inputs)
         self.processes.update(pids)
+        self.live.tick(inputs)
 
     def forget(self, source_id: str) -> None:
         """A removed source's metric series go (it keeps its final counts until then)."""
         self.gauges.forget(source_id)
+        self.live.forget(source_id)
         self.metrics.forget("source", source_id)
 
 

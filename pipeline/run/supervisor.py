@@ -67,7 +67,9 @@ class Supervisor:
                 if plan.fleet is not None:
                     self._fleet = Fleet(plan.fleet, plan, self._hub.inputs, self.stopping, self.telemetry.forget)
                 self._ops = Operations(plan, plan.http, self.metrics, self._health, self._hub.inputs,
-                                       self.request_stop, self.telemetry.forget, self._fleet)  # fmt: skip
+                                       self.request_stop, self.telemetry.forget, self.telemetry.live,
+                                       self._fleet)  # fmt: skip
+                self._hub.tap = self._ops.previews
             except BaseException:
                 self._close()
                 raise
@@ -96,6 +98,7 @@ class Supervisor:
             self.report.exit_code = exc.exit_code
             self.report.error = str(exc)
         finally:
+            self.telemetry.live.tick(self._hub.inputs, force=True)  # the sources' final states
             self._close()
             for sig, handler in old_handlers.items():
                 signal.signal(sig, handler)

@@ -78,6 +78,13 @@ def test_the_wheel_holds_one_top_level_package_and_every_module(wheel: Path) -> 
         assert zipfile.ZipFile(wheel).read(top_level[0]).decode().split() == ["framewire"]
 
 
+
+def test_the_wheel_holds_the_web_consoles_files(wheel: Path) -> None:
+    """The console's page is package data: no build step, nothing fetched at run time."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = {f"framewire/pipeline/ops/static/{name}" for name in ("index.html", "console.js", "console.css", "favicon.svg")}
+    assert static <= names
+
 def user_project(tmp: Path, clip: Path, out: Path) -> Path:
     """A program with packages of its own named like framewire's folders, importing them first."""
     project = tmp / "project"
