@@ -31,11 +31,15 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
-from framewire.pipeline.names import TRACK
+from framewire.pipeline.names import COMPOSITE, TRACK
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
 log = logging.getLogger(__name__)
+
+# The slot regions a finished frame holds, for the frame tap: the composite stage writes `output`.
+_DECODED = frozenset({"image"})
+_COMPOSITED = frozenset({"image", "output"})
 
 TICK_MS = 50
 Progress = Callable[[int, int | None], None]
@@ -242,7 +246,8 @@ class Hub:
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
         if self.tap is not None and record.pool is not None:
-            self.tap.frame_done(key.source, record.pool, state.slot, state.written)
+            composited = COMPOSITE in (state.header.get("ts") or {})  # as the outputs tell (record.composited_image)
+            self.tap.frame_done(key.source, record.pool, state.slot, _COMPOSITED if composited else _DECODED)
         record.give_slot(state.slot)
         self.done_total += 1
         if self.progress is not None:
