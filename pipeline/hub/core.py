@@ -179,6 +179,8 @@ class Hub:
             self.on_closed(peer, str(header.get("source")))
         elif kind == msg.EVENT and peer.stage in self.router.outputs:
             self.on_event(peer, header.get("event"))
+        elif kind == msg.STATS and peer.stage in self.router.outputs:
+            self.events.on_counts(peer.stage, header.get("counters"))
         else:
             log.warning("unexpected %s message from %s", kind, peer.spec.title)
 
@@ -340,6 +342,7 @@ class Hub:
         for record in self.inputs.sources.values():
             record.fold_into(report)
         report.restarts = dict(self.lifecycle.restarts)
+        report.outputs = {name: dict(counts) for name, counts in self.events.counts.items()}
 
 
 def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 MAX_EVENT_KEYS = 32
 MAX_DELETED = 1000
+MAX_COUNTERS = 32
 
 
 class Events:
@@ -38,6 +39,8 @@ class Events:
         """Every output's name, a fused stage's members included: what an event's `output` may say."""
         self.sources = sources
         """The sources the hub knows: what an event's `source` may say."""
+        self.counts: dict[str, dict[str, int]] = {}
+        """Each output's running totals as it last sent them (STATS), by output name."""
 
     def on_event(self, stage: str, event: Any) -> None:
         problem = self._problem(event)
@@ -58,6 +61,18 @@ class Events:
                 if peer.ready:
                     peer.send({"type": msg.EVENT, "event": event})
 
+    def on_counts(self, stage: str, counters: Any) -> None:
+        """An output's running totals (`Stage.counters`), by output name: kept for the report and
+        handed to the observer. Checked like an event: a bad one is dropped and counted."""
+        problem = _counts_problem(counters, self.outputs)
+        if problem is not None:
+            self.observer.on_bad_message("stats")
+            log.warning("dropped bad counters from %s: %s", stage, problem)
+            return
+        for output, counts in counters.items():
+            self.counts[output] = dict(counts)
+            self.observer.on_output_counts(output, counts)
+
     def _problem(self, event: Any) -> str | None:
         """Why an event cannot be taken, or None."""
         if not isinstance(event, dict) or len(event) > MAX_EVENT_KEYS:
@@ -77,3 +92,18 @@ class Events:
         if not isinstance(deleted, list) or len(deleted) > MAX_DELETED:
             return "deleted must be a list of paths"
         return None
+
+
+def _counts_problem(counters: Any, outputs: Collection[str]) -> str | None:
+    """Why an output's STATS cannot be taken (not {output: {counter: count}} of known outputs), or None."""
+    if not isinstance(counters, dict) or len(counters) > MAX_COUNTERS:
+        return "not a map of outputs"
+    for output, counts in counters.items():
+        if output not in outputs:
+            return f"unknown output {str(output)[:64]!r}"
+        if not isinstance(counts, dict) or len(counts) > MAX_COUNTERS:
+            return f"{output}: not a map of at most {MAX_COUNTERS} counters"
+        for name, value in counts.items():
+            if not isinstance(name, str) or len(name) > 32 or type(value) is not int or value < 0:
+                return f"{output}: {str(name)[:32]!r} is not a counter name with a count"
+    return None
