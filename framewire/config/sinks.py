@@ -17,15 +17,15 @@ from framewire.config.base import _Model
 from framewire.config.outputs import OutputConfig
 
 
-def _template(value: str, allowed: set[str], key: str) -> str:
+def _template(value: str, allowed: set[str]) -> str:
     """`value` if its `{...}` fields are all in `allowed`; ValueError naming the first other one."""
     try:
         names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
     except ValueError as err:
-        raise ValueError(f"{key}: {value!r} is not a template: {err}") from None
+        raise ValueError(f"{value!r} is not a template: {err}") from None
     unknown = sorted(names - allowed)
     if unknown:
-        raise ValueError(f"{key}: {{{unknown[0]}}} is not filled in (only {', '.join(sorted(allowed))})")
+        raise ValueError(f"{{{unknown[0]}}} is not filled in (only {', '.join(sorted(allowed))})")
     return value
 
 
@@ -127,13 +127,12 @@ class MqttOutput(SinkOutput):
 
     @field_validator("topic", "events_topic", "state_topic", "status_topic")
     @classmethod
-    def _topics(cls, value: str | None, info: object) -> str | None:
+    def _topics(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        key = getattr(info, "field_name", "topic")
         if not value or "#" in value or "+" in value:
-            raise ValueError(f"{key}: {value!r} is not a topic to publish to (empty, or wildcards # +)")
-        return _template(value, {"source", "job"}, key)
+            raise ValueError(f"{value!r} is not a topic to publish to (empty, or wildcards # +)")
+        return _template(value, {"source", "job"})
 
     @model_validator(mode="after")
     def _delays(self) -> MqttOutput:
@@ -170,7 +169,7 @@ class KafkaOutput(SinkOutput):
         taken = {"bootstrap.servers", "acks", "linger.ms", "compression.type", "on_delivery", "error_cb"}
         clash = sorted(taken & set(value))
         if clash:
-            raise ValueError(f"properties.{clash[0]}: set by this output's own key")
+            raise ValueError(f"{clash[0]} is set by this output's own key")
         return value
 
 
@@ -196,7 +195,7 @@ class WebhookOutput(SinkOutput):
     @classmethod
     def _http(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")) or len(value) < len("http://x"):
-            raise ValueError(f"url: {value!r} is not an http:// or https:// URL")
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
         return value
 
     @model_validator(mode="after")
