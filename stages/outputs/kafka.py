@@ -50,6 +50,7 @@ class KafkaSink(BrokerSink):
             "linger.ms": c.linger_ms,
             "compression.type": c.compression,
             "error_cb": self._on_error,
+            "logger": logging.getLogger(f"{__name__}.librdkafka"),  # its lines into our log, not on stderr
         }
         try:
             self._producer = Producer(settings)
@@ -110,3 +111,4 @@ class KafkaSink(BrokerSink):
         deadline = time.monotonic() + 1.0
         while len(self._producer) and time.monotonic() < deadline:
             self._producer.poll(0.05)  # the purged messages' delivery reports count them as failed
+        self._producer = None  # librdkafka's threads go with it
