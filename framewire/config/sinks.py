@@ -119,11 +119,18 @@ class MqttOutput(SinkOutput):
         "in flight resent after a reconnect).",
     )
     keepalive_s: int = Field(default=30, ge=5, le=3600, description="MQTT keep-alive interval.")
-    username: str | None = Field(default=None, description="User name, e.g. `${MQTT_USER}`.")
-    password: SecretStr | None = Field(default=None, description="Password, e.g. `${MQTT_PASSWORD}` (never logged).")
+    username: str | None = Field(default=None, description="User name, e.g. `${MQTT_USER}`; empty: none.")
+    password: SecretStr | None = Field(
+        default=None, description="Password, e.g. `${MQTT_PASSWORD}` (never logged); empty: none."
+    )
     tls: MqttTls | None = Field(default=None, description="TLS settings; null: plain TCP.")
     reconnect_min_s: float = Field(default=0.5, gt=0, le=60, description="First delay before reconnecting.")
     reconnect_max_s: float = Field(default=30.0, gt=0, le=3600, description="Longest delay between reconnects (doubles up to it).")
+
+    @field_validator("username", "password", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value  # `${MQTT_USER:-}` unset: no credentials
 
     @field_validator("topic", "events_topic", "state_topic", "status_topic")
     @classmethod

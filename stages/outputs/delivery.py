@@ -115,6 +115,15 @@ class SendQueue:
         with self._cond:
             return len(self._items) + self._held
 
+    def clear(self) -> int:
+        """Drop what is queued (not what the sender holds), counted; how many."""
+        with self._cond:
+            left = len(self._items)
+            self._items.clear()
+        if left:
+            self._counts.add("dropped", left)
+        return left
+
     def close(self) -> int:
         """No more sending: the messages still queued or held are dropped (their count returned)."""
         with self._cond:
@@ -165,6 +174,10 @@ class Batcher:
         """How long until the batch held is due (the wait for more); `wait_s` when empty."""
         return max(0.0, self.started + self.wait_s - now) if self.items else self.wait_s
 
+    def take_all(self) -> list[Message]:
+        batch, self.items, self.started = self.items, [], 0.0
+        return batch
+
     def take(self) -> list[Message]:
         batch, self.items = self.items[: self.size], self.items[self.size :]
         self.started = time.monotonic() if self.items else 0.0
@@ -194,7 +207,10 @@ class BrokerSink(Stage):
         self.name = config.kind
         self.streaming: set[str] = set()
         self.closing = threading.Event()
-        """Set when the sender must give up (the end's bounded wait is over)."""
+        """Set by `stop`: the sender thread ends."""
+        self.interrupt = threading.Event()
+        """Set when the end's bounded wait is over: the sender stops waiting for the broker (for a
+        connection, between retries) and drops what it holds, counted."""
         self.draining = threading.Event()
         """Set while the end waits: a partial batch goes at once."""
         self._thread: threading.Thread | None = None
@@ -228,8 +244,8 @@ class BrokerSink(Stage):
         source streaming here, wait (bounded) for everything to be sent, so the report's counts are final."""
         self._events(self.detector.ended(source_id))
         self.streaming.discard(source_id)
-        if not self.streaming:
-            self.drain(self.config.flush_timeout_s)
+        if not self.streaming and not self.drain(self.config.flush_timeout_s):
+            self.give_up()
         return ()
 
     def stop(self) -> None:
@@ -237,6 +253,7 @@ class BrokerSink(Stage):
         # little, within the bound the supervisor gives a worker to stop (pipeline.hub.lifecycle).
         if self.streaming and self.queue.pending():
             self.drain(min(self.config.flush_timeout_s, STOP_WAIT_S))
+        self.interrupt.set()
         self.closing.set()
         if self._thread is not None:
             self._thread.join(2.0)
@@ -266,8 +283,24 @@ class BrokerSink(Stage):
                 time.sleep(0.01)
         finally:
             self.draining.clear()
-        log.warning("%s: %d message(s) not sent within flush_timeout_s %.1f s", self.name, self.queue.pending(), timeout_s)
         return False
+
+    def give_up(self) -> None:
+        """The end's wait is over and the broker has not taken everything: what is queued or held
+        is dropped, what waits for an acknowledgement counts as failed, all before the counts go to
+        the hub. The output goes on working for a source that comes later."""
+        waiting = self.queue.pending()
+        self.interrupt.set()
+        try:
+            dropped = self.queue.clear()
+            deadline = time.monotonic() + 2.0
+            while self.queue.pending() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            failed = self._abandon()
+        finally:
+            self.interrupt.clear()
+        log.warning("%s: the broker did not take everything within flush_timeout_s %.1f s: %d message(s) dropped "
+                    "unsent, %d unacknowledged", self.name, self.config.flush_timeout_s, max(dropped, waiting), failed)  # fmt: skip
 
     def _events(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -285,6 +318,10 @@ class BrokerSink(Stage):
             self._tick()
             wait = batcher.remaining_s(time.monotonic()) if batcher.items else 0.2
             batcher.add(self.queue.get(self.batch_size - len(batcher.items), wait), time.monotonic())
+            if batcher.items and self.interrupt.is_set():
+                self.counts.add("dropped", len(batcher.items))
+                self.queue.done(len(batcher.take_all()))
+                continue
             if not batcher.items or not (batcher.due(time.monotonic()) or self.draining.is_set()):
                 continue
             batch = batcher.take()
@@ -311,6 +348,10 @@ class BrokerSink(Stage):
     def _settled(self, timeout_s: float) -> bool:
         """Nothing sent is waiting for the broker's acknowledgement (waiting up to `timeout_s`)."""
         return True
+
+    def _abandon(self) -> int:
+        """Stop waiting for the acknowledgements still due: count them as failed; how many."""
+        return 0
 
     def _close(self) -> None:
         raise NotImplementedError

@@ -50,7 +50,7 @@ class KafkaSink(BrokerSink):
             "linger.ms": c.linger_ms,
             "compression.type": c.compression,
             "error_cb": self._on_error,
-            "logger": logging.getLogger(f"{__name__}.librdkafka"),  # its lines into our log, not on stderr
+            "logger": _Debug(),  # librdkafka's own lines (each failed try) at debug level, not on stderr
         }
         try:
             self._producer = Producer(settings)
@@ -58,19 +58,22 @@ class KafkaSink(BrokerSink):
             raise FramewireError(f"{self.name}: cannot make a Kafka producer: {exc}") from None
 
     def _on_error(self, error: Any) -> None:
+        """librdkafka's errors: a broker that cannot be reached is said once until it can again
+        (librdkafka retries on its own and reports each try); the others each time."""
         from confluent_kafka import KafkaError
 
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE):
             if not self._down:
-                log.warning("%s: no Kafka broker reachable at %s; librdkafka keeps trying", self.name, self.config.bootstrap_servers)
+                log.warning("%s: no Kafka broker reachable at %s (%s); librdkafka keeps trying",
+                            self.name, self.config.bootstrap_servers, error.str())  # fmt: skip
             self._down = True
         else:
-            log.warning("%s: Kafka: %s", self.name, error)
+            log.warning("%s: Kafka: %s", self.name, error.str())
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         if error is not None:
             self.counts.add("failed")
-            log.warning("%s: a message to %s was not delivered: %s", self.name, message.topic() if message else "?", error)
+            log.debug("%s: a message to %s was not delivered: %s", self.name, message.topic() if message else "?", error)
             return
         self.counts.add("delivered")
         if self._down:
@@ -89,7 +92,7 @@ class KafkaSink(BrokerSink):
                     break
                 except BufferError:  # librdkafka's buffer is full: the brokers are away or slow
                     self._producer.poll(0.1)
-                    if self.closing.is_set():
+                    if self.interrupt.is_set():
                         self.counts.add("dropped", len(batch) - index)
                         return
         self._producer.poll(0)
@@ -101,14 +104,27 @@ class KafkaSink(BrokerSink):
     def _settled(self, timeout_s: float) -> bool:
         return int(self._producer.flush(min(timeout_s, 0.1))) == 0
 
+    def _abandon(self) -> int:
+        """What librdkafka still holds is purged: its delivery reports count it as failed."""
+        left = len(self._producer)
+        if left:
+            self._producer.purge()
+            deadline = time.monotonic() + 1.0
+            while len(self._producer) and time.monotonic() < deadline:
+                self._producer.poll(0.05)
+        return int(left)
+
     def _close(self) -> None:
         if self._producer is None:
             return
-        left = len(self._producer)
+        left = self._abandon()
         if left:
             log.warning("%s: %d message(s) not delivered at the end; purged", self.name, left)
-            self._producer.purge()
-        deadline = time.monotonic() + 1.0
-        while len(self._producer) and time.monotonic() < deadline:
-            self._producer.poll(0.05)  # the purged messages' delivery reports count them as failed
         self._producer = None  # librdkafka's threads go with it
+
+
+class _Debug:
+    """What confluent-kafka calls for librdkafka's log lines (`logger.log(level, fmt, *args)`): debug here."""
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        log.debug(fmt, *args)

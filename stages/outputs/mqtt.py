@@ -40,10 +40,13 @@ class MqttSink(BrokerSink):
         self._client: Any = None
         self._connected = threading.Event()
         self._connects = 0
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        """Guards the mids below; never held while calling paho (it calls on_publish under its own lock)."""
         self._unacked: set[int] = set()
         self._early: set[int] = set()
         """Acknowledgements that came before `publish` returned their mid."""
+        self._abandoned: set[int] = set()
+        """Mids given up on at the end (counted as failed): a late acknowledgement is not counted again."""
         self._control: set[int] = set()
         """Mids of the status and state messages (not records or events: not counted)."""
 
@@ -107,8 +110,9 @@ class MqttSink(BrokerSink):
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, properties: Any) -> None:
         with self._lock:
-            if mid in self._control:
+            if mid in self._control or mid in self._abandoned:
                 self._control.discard(mid)
+                self._abandoned.discard(mid)
             elif mid in self._unacked:
                 self._unacked.discard(mid)
                 self.counts.add("delivered")
@@ -123,22 +127,18 @@ class MqttSink(BrokerSink):
         c = self.config
         for index, message in enumerate(batch):
             while not self._connected.wait(0.2):
-                if self.closing.is_set():
+                if self.interrupt.is_set():
                     self.counts.add("dropped", len(batch) - index)
                     return
             topic = self._topic(c.topic if message.kind == RECORD else c.events_topic, message.source)
-            with self._lock:
-                info = self._client.publish(topic, message.payload, qos=c.qos, retain=c.retain)
-                queued = info.rc == mqtt.MQTT_ERR_SUCCESS or (info.rc == mqtt.MQTT_ERR_NO_CONN and c.qos > 0)
-                if not queued:  # QoS 0 without a connection, or paho's queue full
-                    self.counts.add("dropped")
-                    continue
-                self.counts.add("sent")
-                if info.mid in self._early:
-                    self._early.discard(info.mid)
-                    self.counts.add("delivered")
-                else:
-                    self._unacked.add(info.mid)
+            # Not under our lock: paho calls on_publish holding its own, which would be the other order.
+            info = self._client.publish(topic, message.payload, qos=c.qos, retain=c.retain)
+            queued = info.rc == mqtt.MQTT_ERR_SUCCESS or (info.rc == mqtt.MQTT_ERR_NO_CONN and c.qos > 0)
+            if not queued:  # QoS 0 without a connection, or paho's queue full
+                self.counts.add("dropped")
+                continue
+            self.counts.add("sent")
+            self._expect(info.mid, self._unacked)
             if message.name == "source" and c.state_topic is not None:
                 self._state(message)
 
@@ -152,13 +152,19 @@ class MqttSink(BrokerSink):
 
     def _publish_control(self, topic: str, payload: bytes) -> Any:
         """A retained QoS 1 message of the output's own (status, state), kept out of the counts."""
-        with self._lock:
-            info = self._client.publish(topic, payload, qos=1, retain=True)
-            if info.mid in self._early:
-                self._early.discard(info.mid)
-            else:
-                self._control.add(info.mid)
+        info = self._client.publish(topic, payload, qos=1, retain=True)
+        self._expect(info.mid, self._control)
         return info
+
+    def _expect(self, mid: int, waiting: set[int]) -> None:
+        """Wait for `mid`'s acknowledgement in `waiting`, unless it came already (then it counts now)."""
+        with self._lock:
+            if mid in self._early:
+                self._early.discard(mid)
+                if waiting is self._unacked:
+                    self.counts.add("delivered")
+            else:
+                waiting.add(mid)
 
     def _settled(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -170,14 +176,20 @@ class MqttSink(BrokerSink):
                 return False
             time.sleep(0.01)
 
+    def _abandon(self) -> int:
+        with self._lock:
+            unacked = len(self._unacked)
+            self._abandoned |= self._unacked
+            self._unacked.clear()
+        self.counts.add("failed", unacked)
+        return unacked
+
     def _close(self) -> None:
         client, c = self._client, self.config
         if client is None:
             return
-        with self._lock:
-            unacked = len(self._unacked)
+        unacked = self._abandon()
         if unacked:
-            self.counts.add("failed", unacked)
             log.warning("%s: %d message(s) sent but not acknowledged by the broker at the end", self.name, unacked)
         if c.status_topic is not None and self._connected.is_set():
             try:

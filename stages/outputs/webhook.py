@@ -47,7 +47,7 @@ class WebhookSink(BrokerSink):
         for attempt in range(c.retries + 1):
             if attempt:
                 self.counts.add("retries")
-                if self.closing.wait(backoff.next()):
+                if self.interrupt.wait(backoff.next()):
                     break
             status, problem = self._post(body)
             if status is not None and 200 <= status < 300:
