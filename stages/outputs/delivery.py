@@ -227,7 +227,7 @@ class BrokerSink(Stage):
         record = frame_record(frame)
         self.streaming.add(frame.source_id)
         events = self.detector.record(record)
-        if self.config.send == RECORD + "s":
+        if self.config.send == "records":
             first = [e for e in events if e.get("event") == "source"]  # `started` comes before the record
             self._events(first)
             self.queue.put(Message(RECORD, frame.source_id, encode(record)))

@@ -119,11 +119,11 @@ class EventDetector:
             track.frames += 1
         for track_id, track in list(state.tracks.items()):
             if state.frames - track.last_seen >= self.gone_after:
-                out.append(self._ended(sid, track_id, track, at))
+                out.append(self._ended(state, sid, track_id, at))
         return out
 
-    def _ended(self, sid: str, track_id: int, track: _Track, at: Mapping[str, Any]) -> dict[str, Any]:
-        del self.sources[sid].tracks[track_id]
+    def _ended(self, state: _Source, sid: str, track_id: int, at: Mapping[str, Any]) -> dict[str, Any]:
+        track = state.tracks.pop(track_id)
         return _event("track_ended", sid, at, track_id=track_id, label=track.label, class_id=track.class_id,
                       frames=track.frames, duration_s=round(track.last_time - track.first_time, 6))  # fmt: skip
 
@@ -154,11 +154,9 @@ class EventDetector:
         if state is None:
             return []
         at = {"frame": state.last_seq, "pts": None, "time": state.last_time, "wall": round(wall, 6)}
-        self.sources[source_id] = state  # _ended looks it up
         out = [_event("class_left", source_id, at, label=label, class_id=class_id)
                for label, (class_id, _) in state.classes.items()]  # fmt: skip
-        out += [self._ended(source_id, track_id, track, at) for track_id, track in list(state.tracks.items())]
-        del self.sources[source_id]
+        out += [self._ended(state, source_id, track_id, at) for track_id in list(state.tracks)]
         out.append(_event("source", source_id, at, state="ended", frames=state.frames))
         return out
 

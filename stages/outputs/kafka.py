@@ -106,13 +106,13 @@ class KafkaSink(BrokerSink):
 
     def _abandon(self) -> int:
         """What librdkafka still holds is purged: its delivery reports count it as failed."""
-        left = len(self._producer)
-        if left:
+        before = self.counts["failed"]
+        if len(self._producer):  # messages, and requests such as metadata: only messages get reports
             self._producer.purge()
             deadline = time.monotonic() + 1.0
             while len(self._producer) and time.monotonic() < deadline:
                 self._producer.poll(0.05)
-        return int(left)
+        return self.counts["failed"] - before
 
     def _close(self) -> None:
         if self._producer is None:

@@ -23,8 +23,9 @@ from framewire.stages.outputs.delivery import RECORD, BrokerSink, Message
 
 log = logging.getLogger(__name__)
 
-FIRST_CONNECT_S = 5.0
-"""How long the output waits at start for its first connection before it goes on (and queues)."""
+FIRST_CONNECT_S = 1.0
+"""How long the output waits at start for its first connection before it says it has none yet and goes
+on (what comes meanwhile waits in the queue): a broker that is away holds up the job this long at most."""
 
 
 class MqttSink(BrokerSink):

@@ -218,3 +218,36 @@ def test_webhook_retries_a_request_that_times_out() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_mqtt_last_will_says_offline_when_the_daemon_dies(mosquitto: Mosquitto) -> None:
+    """The broker publishes the will when the connection ends without a goodbye (SIGKILL)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from framewire.config.sinks import MqttOutput\n"
+        "from framewire.pipeline.frame import StageContext\n"
+        "from framewire.stages.outputs.mqtt import MqttSink\n"
+        f"sink = MqttSink(MqttOutput(kind='mqtt', port={mosquitto.port}, job='doomed'))\n"
+        "sink.start(StageContext('output0.mqtt', 0))\n"
+        "until = time.monotonic() + 10\n"
+        "while not sink._connected.is_set() and time.monotonic() < until: time.sleep(0.01)\n"
+        "print('connected', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    watcher = Subscriber(mosquitto.port, ["framewire/doomed/status"])
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "connected"
+        until(lambda: watcher.on("framewire/doomed/status")[-1:] == [b"online"], what="online")
+        os.kill(child.pid, signal.SIGKILL)
+        until(lambda: watcher.on("framewire/doomed/status")[-1:] == [b"offline"], what="the last will")
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(10)
+        watcher.close()
