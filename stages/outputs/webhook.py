@@ -4,7 +4,8 @@ The sender thread gathers a batch (`batch_records` messages, or what came within
 first) and POSTs it as one JSON array. A 5xx answer, a 429, a timeout or a refused connection is
 tried again after a delay that doubles from `backoff_s` up to `backoff_max_s`, `retries` times;
 another 4xx is not (the request itself is wrong): the batch counts as failed and the log says why.
-While it retries, the queue in front of it holds what comes (stages.outputs.delivery).
+While it retries, the queue in front of it holds what comes (stages.outputs.delivery). A redirect is
+not followed (it counts as a 4xx); the usual HTTP(S)_PROXY and NO_PROXY variables are honoured.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class WebhookSink(BrokerSink):
         self.batch_wait_s = config.batch_ms / 1000.0
         self._headers = {"Content-Type": "application/json", "User-Agent": "framewire"}
         self._headers.update({name: value.get_secret_value() for name, value in config.headers.items()})
-        self._opener = urllib.request.build_opener()
+        self._opener = urllib.request.build_opener(_NoRedirect())
         self._failing = False
 
     def _open(self) -> None:
@@ -73,6 +74,7 @@ class WebhookSink(BrokerSink):
                 answer.read()
                 return int(answer.status), ""
         except urllib.error.HTTPError as err:
+            err.close()
             return int(err.code), f"HTTP {err.code} {err.reason}"
         except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as err:
             reason = getattr(err, "reason", err)
@@ -81,4 +83,12 @@ class WebhookSink(BrokerSink):
             return None, f"no answer ({err})"
 
     def _close(self) -> None:
+        return None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is an answer, not a detour: urllib would follow a 301/302 with a GET and no body, and
+    the batch would count as delivered to a page that never saw it."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
         return None

@@ -251,3 +251,13 @@ def test_mqtt_last_will_says_offline_when_the_daemon_dies(mosquitto: Mosquitto) 
             child.kill()
         child.wait(10)
         watcher.close()
+
+
+def test_webhook_does_not_follow_a_redirect(hook: HookServer) -> None:
+    hook.fail(1, 302)  # to a page that answers a GET: followed, the batch would look delivered
+    sink = webhook(hook.url, batch_records=5, batch_ms=0, retries=3)
+    sink.process(frame("cam", 0))
+    until(lambda: sink.counts["failed"] == 2, what="the redirected batch")
+    list(sink.flush("cam"))
+    sink.stop()
+    assert [status for status, _, _ in hook.requests] == [302, 200] and sink.counts["retries"] == 0

@@ -123,7 +123,8 @@ def read_kafka(bootstrap: str, topic: str, until: int, timeout_s: float = 30.0) 
 
 class HookServer:
     """An HTTP server that records the JSON arrays POSTed to it, in order; `fail(n, status)` makes
-    it answer the next `n` requests with `status` (recorded as refused, their bodies not kept)."""
+    it answer the next `n` requests with `status` (recorded as refused, their bodies not kept; a 3xx
+    points elsewhere, where a GET is answered 200)."""
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
@@ -143,6 +144,15 @@ class HookServer:
                     if status == 200:
                         server.items.extend(batch)
                 self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("Location", "/moved")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802 (a client that followed a redirect: answered, not kept)
+                with server._lock:
+                    server.requests.append((200, 0, dict(self.headers)))
+                self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
