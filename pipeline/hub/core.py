@@ -160,7 +160,11 @@ class Hub:
             log.warning("dropped a bad message from %r: %s", identity, exc)
 
     def _from_decode(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
-        opened = self.inputs.handle(worker, header["type"], header, tensors)
+        kind = header["type"]
+        opened = self.inputs.handle(worker, kind, header, tensors)
+        record = self.inputs.sources.get(worker.source_id)
+        if kind == msg.STATS and record is not None:  # a live source lost or found again: announced
+            self.events.source_state(record.source_id, record.online, record.info is not None)
         if opened is not None:  # an output learns a stream before its frames
             for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
                 peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})

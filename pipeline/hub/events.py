@@ -1,7 +1,8 @@
 """Outputs' announcements, on the hub: checked, logged, counted, and handed to every output.
 
 A video_file output that cuts its recording in segments announces each closed one (an EVENT
-message, media.segments.Segment.event). The hub logs it, tells its observer (the metrics) and passes
+message, media.segments.Segment.event); the hub itself announces a live source going offline and
+coming back (`source_state`). The hub logs it, tells its observer (the metrics) and passes
 it to every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
 zmq output as a message on the source's topic. An event may come from a worker on another host, so
 it is checked first: a bad one is dropped and counted like any bad message.
@@ -10,6 +11,7 @@ it is checked first: a bad one is dropped and counted like any bad message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -41,6 +43,8 @@ class Events:
         """The sources the hub knows: what an event's `source` may say."""
         self.counts: dict[str, dict[str, int]] = {}
         """Each output's running totals as it last sent them (STATS), by output name."""
+        self._online: dict[str, bool] = {}
+        """Each opened live source's state as last announced (source_state)."""
 
     def on_event(self, stage: str, event: Any) -> None:
         problem = self._problem(event)
@@ -56,6 +60,24 @@ class Events:
             source, event["path"], event["frames"], event.get("duration_s", 0.0), event["bytes"],
             f"; retention deleted {len(deleted)} older file(s)" if deleted else "",
         )  # fmt: skip
+        self._to_outputs(event)
+
+    def source_state(self, source: str, online: bool, opened: bool) -> None:
+        """A live source's state after its decode worker's STATS. Once it has opened and been online,
+        each change is announced to every output as `{"event": "source", "state": "offline" |
+        "online"}` (the sinks send it on, jsonl writes it); its connecting before that is not."""
+        known = self._online.get(source)
+        if not opened or (known is None and not online):
+            self._online.pop(source, None)  # not started (or added again): nothing to compare with yet
+            return
+        self._online[source] = online
+        if known is None or known == online:
+            return
+        log.info("source %s: %s", source, "online again" if online else "offline")
+        self._to_outputs({"event": "source", "source": source, "state": "online" if online else "offline",
+                          "wall": round(time.time(), 6)})  # fmt: skip
+
+    def _to_outputs(self, event: dict[str, Any]) -> None:
         for name in self.stages:
             for peer in self.roster.of(name):
                 if peer.ready:

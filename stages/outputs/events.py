@@ -8,7 +8,8 @@ Read from the records the pipeline already writes (stages.outputs.record), per s
   `gone_after_frames` frames (or the source ended); the end says how long it lived;
 - the analytics' own events of the frame (`crossed`, `entered`, `left`: results.analytics.events),
   at most one per track in `min_interval_s` of video;
-- `source`: a source's stream `started` (its first frame here) or `ended` (its end of stream);
+- `source`: a source's stream `started` (its first frame here) or `ended` (its end of stream), and
+  a live source gone `offline` or back `online` (announced by the hub);
 - the outputs' announcements as they come (a closed video `segment`, media.segments).
 
 Every event is a JSON map with `v` (the record version), `event`, `source` and `wall` (Unix time at
@@ -161,8 +162,9 @@ class EventDetector:
         return out
 
     def announced(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Another output's announcement (a closed segment): passed on as it is, with `wall`."""
-        return [{"v": RECORD_VERSION, **event, "wall": round(time.time(), 6)}]
+        """An announcement (another output's closed segment, the hub's word that a live source went
+        offline or came back): passed on as it is, with `v` and `wall` where it has none."""
+        return [{"v": RECORD_VERSION, "wall": round(time.time(), 6), **event}]
 
 
 def _event(name: str, source: str, at: Mapping[str, Any], **fields: Any) -> dict[str, Any]:

@@ -146,8 +146,8 @@ class MqttSink(BrokerSink):
     def _state(self, message: Message) -> None:
         """A source's state, retained on its state topic (not counted: it is not a record or event)."""
         event = json.loads(message.payload)
-        state = {"v": event.get("v"), "source": message.source,
-                 "state": "streaming" if event.get("state") == "started" else "ended", "wall": event.get("wall")}  # fmt: skip
+        shown = {"started": "streaming", "online": "streaming", "offline": "offline"}.get(str(event.get("state")), "ended")
+        state = {"v": event.get("v"), "source": message.source, "state": shown, "wall": event.get("wall")}
         assert self.config.state_topic is not None
         self._publish_control(self._topic(self.config.state_topic, message.source), json.dumps(state).encode())
 

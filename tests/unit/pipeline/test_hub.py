@@ -158,3 +158,18 @@ def test_an_outputs_counters_reach_the_observer_and_the_report_and_bad_ones_are_
     w["infer"].send(b"not msgpack")  # after it on the same link: once this is counted, the STATS was read
     until(hub, lambda: len(observer.of("on_bad_message")) == 3)
     assert hub.events.counts == {"out": {"sent": 5, "dropped": 1}}
+
+
+def test_a_live_source_going_offline_and_back_is_announced_to_the_outputs(hub: Any) -> None:
+    hub, observer, w = hub
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": False})  # connecting: not announced
+    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
+    assert received(w["out"], msg.STREAM, hub)["source"] == "cam"
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": True})  # its first state: not a change
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": False})
+    event = received(w["out"], msg.EVENT, hub)["event"]
+    assert (event["event"], event["source"], event["state"]) == ("source", "cam", "offline")
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": True, "reconnects": 1})
+    event = received(w["out"], msg.EVENT, hub)["event"]
+    assert (event["event"], event["state"]) == ("source", "online") and event["wall"] > 0

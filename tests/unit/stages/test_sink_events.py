@@ -82,3 +82,5 @@ def test_sources_are_apart_and_announcements_pass_as_they_are() -> None:
     segment = {"event": "segment", "source": "a", "output": "output0.video_file", "path": "x.mp4", "frames": 3}
     [passed] = d.announced(segment)
     assert passed["v"] == 2 and {k: passed[k] for k in segment} == segment and "wall" in passed
+    offline = {"event": "source", "source": "a", "state": "offline", "wall": 12.5}  # the hub's, with its time
+    assert d.announced(offline) == [{"v": 2, **offline}]
