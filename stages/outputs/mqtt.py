@@ -65,7 +65,8 @@ class MqttSink(BrokerSink):
             clean_session=c.clean_session, protocol=mqtt.MQTTv311,
         )  # fmt: skip
         client.max_queued_messages_set(c.queue_size)  # paho's own buffer is bounded too
-        client.reconnect_delay_set(max(1, round(c.reconnect_min_s)), max(1, round(c.reconnect_max_s)))
+        # Typed int by paho, used as seconds in float arithmetic: fractions work (0.5 s is tested).
+        client.reconnect_delay_set(c.reconnect_min_s, c.reconnect_max_s)  # type: ignore[arg-type]
         if c.username is not None:
             client.username_pw_set(c.username, c.password.get_secret_value() if c.password is not None else None)
         if c.tls is not None:
