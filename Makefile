@@ -93,6 +93,7 @@ validate: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 	$(BIN)/python run_pipeline.py validate -c configs/tracking.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/lipsync.yaml
 	$(BIN)/python run_pipeline.py validate -c configs/speaking.yaml
+	$(BIN)/python run_pipeline.py validate -c configs/sinks.yaml
 
 # What a user with a GPU runs first (docs/gpu.md): driver, CUDA, TensorRT, ONNX Runtime providers,
 # a tiny engine against the CPU, a short benchmark of the config's model. EXTRAS=gpu for the GPU build.

@@ -218,6 +218,10 @@ def _summary(report: Report, log_format: str) -> None:
         extra += ["error"] if source_id in report.source_errors else []
         if log_format != "json":
             print(f"{source_id}: {frames} frames" + (f" ({', '.join(extra)})" if extra else ""), file=sys.stderr)
+    if log_format != "json":
+        for name, c in report.outputs.items():  # the sinks' totals: what reached the broker, what did not
+            print(f"{name}: {c.get('delivered', 0)} delivered of {c.get('queued', 0)} queued, {c.get('dropped', 0)} "
+                  f"dropped, {c.get('failed', 0)} failed, {c.get('reconnects', 0)} reconnect(s)", file=sys.stderr)  # fmt: skip
     line = (
         f"framewire: {total} frames in {report.elapsed_s:.1f} s ({fps:.1f} fps)"
         + (f", {restarts} worker restart(s)" if restarts else "")
@@ -226,7 +230,7 @@ def _summary(report: Report, log_format: str) -> None:
     if log_format == "json":
         _json_line("INFO", line, event="summary", frames=total, elapsed_s=round(report.elapsed_s, 3),
                    fps=round(fps, 2), restarts=restarts, stopped=report.stopped, exit_code=report.exit_code,
-                   sources=sources)  # fmt: skip
+                   sources=sources, outputs=report.outputs)  # fmt: skip
     else:
         print(line, file=sys.stderr)
     if report.exit_code:

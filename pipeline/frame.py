@@ -173,6 +173,12 @@ class Stage(Protocol):
         """What this worker runs on, for READY and the metrics (e.g. the execution provider)."""
         return {}
 
+    def counters(self) -> dict[str, dict[str, int]]:
+        """An output's running totals by output name (a sink's sent, dropped, reconnects...): the
+        worker sends them to the hub as they change and before each CLOSED; the job's report and
+        metrics carry them (`Report.outputs`). Most stages have none."""
+        return {}
+
     def pool_added(self, pool: FramePool) -> None:
         """A source's frame pool was mapped in this worker (e.g. to register it as pinned memory)."""
         return None

@@ -179,6 +179,9 @@ class Report:
     """Bad messages a ZeroMQ source dropped, by reason."""
     over_budget: dict[str, int] = field(default_factory=dict)
     """Frames output later than their source's latency_budget_ms (sources with a budget only)."""
+    outputs: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Each output's running totals at its end, by output name (`Stage.counters`: a sink's sent,
+    delivered, dropped, failed, reconnects...); outputs without counters are not listed."""
     elapsed_s: float = 0.0
     stopped: bool = False
 

@@ -69,6 +69,12 @@ class _Members(Stage):
         for _, stage in self.members:
             stage.event(event)
 
+    def counters(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for _, stage in self.members:
+            out.update(stage.counters())
+        return out
+
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for _, stage in self.members:

@@ -150,7 +150,11 @@ class Hub:
             log.warning("dropped a bad message from %r: %s", identity, exc)
 
     def _from_decode(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
-        opened = self.inputs.handle(worker, header["type"], header, tensors)
+        kind = header["type"]
+        opened = self.inputs.handle(worker, kind, header, tensors)
+        record = self.inputs.sources.get(worker.source_id)
+        if kind == msg.STATS and record is not None:  # a live source lost or found again: announced
+            self.events.source_state(record.source_id, record.online, record.info is not None)
         if opened is not None:  # an output learns a stream before its frames
             for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
                 peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
@@ -169,6 +173,8 @@ class Hub:
             self.on_closed(peer, str(header.get("source")))
         elif kind == msg.EVENT and peer.stage in self.router.outputs:
             self.on_event(peer, header.get("event"))
+        elif kind == msg.STATS and peer.stage in self.router.outputs:
+            self.events.on_counts(peer.stage, header.get("counters"))
         else:
             log.warning("unexpected %s message from %s", kind, peer.spec.title)
 
@@ -328,6 +334,7 @@ class Hub:
         for record in self.inputs.sources.values():
             record.fold_into(report)
         report.restarts = dict(self.lifecycle.restarts)
+        report.outputs = {name: dict(counts) for name, counts in self.events.counts.items()}
 
 
 def _router(ctx: zmq.Context, endpoint: str) -> zmq.Socket:

@@ -1,7 +1,8 @@
 """Outputs' announcements, on the hub: checked, logged, counted, and handed to every output.
 
 A video_file output that cuts its recording in segments announces each closed one (an EVENT
-message, media.segments.Segment.event). The hub logs it, tells its observer (the metrics) and passes
+message, media.segments.Segment.event); the hub itself announces a live source going offline and
+coming back (`source_state`). The hub logs it, tells its observer (the metrics) and passes
 it to every output, whose `Stage.event` records it: the jsonl output as a line of the source's file, the
 zmq output as a message on the source's topic. An event is checked first, like every message off
 the wire: a bad one is dropped and counted like any bad message.
@@ -10,6 +11,7 @@ the wire: a bad one is dropped and counted like any bad message.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 
 MAX_EVENT_KEYS = 32
 MAX_DELETED = 1000
+MAX_COUNTERS = 32
 
 
 class Events:
@@ -38,6 +41,10 @@ class Events:
         """Every output's name, a fused stage's members included: what an event's `output` may say."""
         self.sources = sources
         """The sources the hub knows: what an event's `source` may say."""
+        self.counts: dict[str, dict[str, int]] = {}
+        """Each output's running totals as it last sent them (STATS), by output name."""
+        self._online: dict[str, bool] = {}
+        """Each opened live source's state as last announced (source_state)."""
 
     def on_event(self, stage: str, event: Any) -> None:
         problem = self._problem(event)
@@ -53,10 +60,40 @@ class Events:
             source, event["path"], event["frames"], event.get("duration_s", 0.0), event["bytes"],
             f"; retention deleted {len(deleted)} older file(s)" if deleted else "",
         )  # fmt: skip
+        self._to_outputs(event)
+
+    def source_state(self, source: str, online: bool, opened: bool) -> None:
+        """A live source's state after its decode worker's STATS. Once it has opened and been online,
+        each change is announced to every output as `{"event": "source", "state": "offline" |
+        "online"}` (the sinks send it on, jsonl writes it); its connecting before that is not."""
+        known = self._online.get(source)
+        if not opened or (known is None and not online):
+            self._online.pop(source, None)  # not started (or added again): nothing to compare with yet
+            return
+        self._online[source] = online
+        if known is None or known == online:
+            return
+        log.info("source %s: %s", source, "online again" if online else "offline")
+        self._to_outputs({"event": "source", "source": source, "state": "online" if online else "offline",
+                          "wall": round(time.time(), 6)})  # fmt: skip
+
+    def _to_outputs(self, event: dict[str, Any]) -> None:
         for name in self.stages:
             for peer in self.roster.of(name):
                 if peer.ready:
                     peer.send({"type": msg.EVENT, "event": event})
+
+    def on_counts(self, stage: str, counters: Any) -> None:
+        """An output's running totals (`Stage.counters`), by output name: kept for the report and
+        handed to the observer. Checked like an event: a bad one is dropped and counted."""
+        problem = _counts_problem(counters, self.outputs)
+        if problem is not None:
+            self.observer.on_bad_message("stats")
+            log.warning("dropped bad counters from %s: %s", stage, problem)
+            return
+        for output, counts in counters.items():
+            self.counts[output] = dict(counts)
+            self.observer.on_output_counts(output, counts)
 
     def _problem(self, event: Any) -> str | None:
         """Why an event cannot be taken, or None."""
@@ -77,3 +114,18 @@ class Events:
         if not isinstance(deleted, list) or len(deleted) > MAX_DELETED:
             return "deleted must be a list of paths"
         return None
+
+
+def _counts_problem(counters: Any, outputs: Collection[str]) -> str | None:
+    """Why an output's STATS cannot be taken (not {output: {counter: count}} of known outputs), or None."""
+    if not isinstance(counters, dict) or len(counters) > MAX_COUNTERS:
+        return "not a map of outputs"
+    for output, counts in counters.items():
+        if output not in outputs:
+            return f"unknown output {str(output)[:64]!r}"
+        if not isinstance(counts, dict) or len(counts) > MAX_COUNTERS:
+            return f"{output}: not a map of at most {MAX_COUNTERS} counters"
+        for name, value in counts.items():
+            if not isinstance(name, str) or len(name) > 32 or type(value) is not int or value < 0:
+                return f"{output}: {str(name)[:32]!r} is not a counter name with a count"
+    return None

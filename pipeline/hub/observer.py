@@ -43,6 +43,9 @@ class HubObserver(Protocol):
     def on_segment(self, source: str, output: str, size: int, deleted: int) -> None:
         """An output closed a video segment of `size` bytes; retention deleted `deleted` older files."""
 
+    def on_output_counts(self, output: str, counts: Mapping[str, int]) -> None:
+        """An output's running totals as they are now (`Stage.counters`: a sink's sent, dropped...)."""
+
     def on_track_result(self, source: str, result: Any) -> None:
         """The stage that tracks (alone or in a fused stage) returned a frame: its `result`, whose
         `analytics` the metrics count (pipeline.ops.track_counts); once a frame, in order per source."""

@@ -55,6 +55,9 @@ FAMILIES = (
     ("framewire_segments_total", "counter", "Video segments closed, per source and output."),
     ("framewire_segment_bytes_total", "counter", "Bytes of the video segments closed, per source and output."),
     ("framewire_segments_deleted_total", "counter", "Old video segments deleted by retention, per source and output."),
+    ("framewire_output_messages_total", "counter",
+     "An output's running totals, per output and counter (a sink's queued, sent, delivered, dropped, "
+     "failed, events, suppressed, reconnects, retries)."),
 )
 
 
@@ -107,6 +110,10 @@ class Telemetry:
         self.metrics.inc("framewire_segment_bytes_total", size, source=source, output=output)
         if deleted:
             self.metrics.inc("framewire_segments_deleted_total", deleted, source=source, output=output)
+
+    def on_output_counts(self, output: str, counts: Mapping[str, int]) -> None:
+        for counter, value in counts.items():
+            self.metrics.set("framewire_output_messages_total", float(value), output=output, counter=counter)
 
     def on_track_result(self, source: str, result: Any) -> None:
         track_counts.count(self.metrics, source, result)

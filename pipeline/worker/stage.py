@@ -30,6 +30,8 @@ from framewire.pipeline.names import STALE_BEFORE
 log = logging.getLogger(__name__)
 
 POLL_MS = 200
+COUNTS_INTERVAL_S = 1.0
+"""How often, at most, an output's running totals (`Stage.counters`) go to the hub when they change."""
 Message = tuple[dict[str, Any], dict[str, np.ndarray]]
 
 
@@ -87,9 +89,12 @@ class _Loop:
         self.batch_limit = max(1, int(stage.max_batch))
         self.delay_s = float(stage.max_delay_ms) / 1000.0
         self.backlog: deque[Message] = deque()
+        self._counts: dict[str, dict[str, int]] = {}
+        self._counts_at = 0.0
 
     def run(self) -> None:
         while True:
+            self._send_counts()
             received = self._next()
             if received is None:
                 if self.watch.gone():
@@ -115,9 +120,26 @@ class _Loop:
                 source = str(header["source"])
                 for _ in self.stage.flush(source):
                     pass
+                self._send_counts(force=True)  # the totals after the flush reach the hub before CLOSED
                 self.conn.send({"type": msg.CLOSED, "source": source})
             elif kind == msg.STOP:
                 return
+
+    def _send_counts(self, force: bool = False) -> None:
+        """The stage's running totals to the hub (STATS) when they changed, at most once a
+        COUNTS_INTERVAL_S unless `force`; a stage that cannot say them is logged, never fatal."""
+        now = time.monotonic()
+        if not force and now - self._counts_at < COUNTS_INTERVAL_S:
+            return
+        self._counts_at = now
+        try:
+            counts = self.stage.counters()
+        except Exception as exc:
+            log.error("%s: cannot read its counters: %s", self.spec.stage, one_line(exc))
+            return
+        if counts and counts != self._counts:
+            self._counts = {name: dict(values) for name, values in counts.items()}
+            self.conn.send({"type": msg.STATS, "counters": counts})
 
     def _event(self, event: Any) -> None:
         """An output's announcement, to record: a failure to write it is logged, never fatal."""

@@ -198,6 +198,7 @@ class JsonlSink(_PerSource):
         """An event line among the source's records (it has `event`, no `seq`). After the source's
         end of stream (its last segment closes then) it is appended to the closed file."""
         source_id = str(event.get("source"))
+        event = {"v": RECORD_VERSION, **event}  # the hub's own (a live source offline) come without one
         writer = self._writers.get(source_id)
         if writer is not None:
             writer.write(event)
@@ -263,8 +264,11 @@ class ZmqSink(Stage):
         return ()
 
     def event(self, event: dict[str, Any]) -> None:
-        """Published on the source's topic like a frame's header (it has `event`, no `seq`)."""
-        self.publisher.send(str(event.get("source")), event)
+        """A closed segment, published on the source's topic like a frame's header (it has `event`,
+        no `seq`). Other announcements (a live source offline) are not: framewire.Client reads
+        segment events only, and its users read the source's state from /sources."""
+        if event.get("event") == "segment":
+            self.publisher.send(str(event.get("source")), event)
 
     def stop(self) -> None:
         self.publisher.close()

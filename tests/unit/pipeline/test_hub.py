@@ -138,3 +138,38 @@ def test_a_frame_the_hub_cannot_read_is_dropped_and_counted(hub: Any) -> None:
     until(hub, lambda: len(observer.of("on_bad_message")) == 2)
     assert observer.of("on_bad_message") == [("other",), ("other",)]
     assert not hub.router.frames
+
+
+def test_an_outputs_counters_reach_the_observer_and_the_report_and_bad_ones_are_dropped(hub: Any) -> None:
+    hub, observer, w = hub
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["out"], {"type": msg.STATS, "counters": {"out": {"sent": 3, "dropped": 1}}})
+    send(w["out"], {"type": msg.STATS, "counters": {"out": {"sent": 5, "dropped": 1}}})
+    send(w["out"], {"type": msg.STATS, "counters": {"elsewhere": {"sent": 1}}})  # not an output of this job
+    send(w["out"], {"type": msg.STATS, "counters": {"out": {"sent": -1}}})
+    until(hub, lambda: len(observer.of("on_bad_message")) == 2)
+    assert observer.of("on_output_counts") == [("out", {"sent": 3, "dropped": 1}), ("out", {"sent": 5, "dropped": 1})]
+    report = Report()
+    hub.fold_into(report)
+    assert report.outputs == {"out": {"sent": 5, "dropped": 1}}
+    # A middle stage's STATS are not an output's totals: not taken.
+    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 2})
+    send(w["infer"], {"type": msg.STATS, "counters": {"out": {"sent": 99}}})
+    w["infer"].send(b"not msgpack")  # after it on the same link: once this is counted, the STATS was read
+    until(hub, lambda: len(observer.of("on_bad_message")) == 3)
+    assert hub.events.counts == {"out": {"sent": 5, "dropped": 1}}
+
+
+def test_a_live_source_going_offline_and_back_is_announced_to_the_outputs(hub: Any) -> None:
+    hub, observer, w = hub
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": False})  # connecting: not announced
+    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
+    assert received(w["out"], msg.STREAM, hub)["source"] == "cam"
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": True})  # its first state: not a change
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": False})
+    event = received(w["out"], msg.EVENT, hub)["event"]
+    assert (event["event"], event["source"], event["state"]) == ("source", "cam", "offline")
+    send(w["decode"], {"type": msg.STATS, "source": "cam", "online": True, "reconnects": 1})
+    event = received(w["out"], msg.EVENT, hub)["event"]
+    assert (event["event"], event["state"]) == ("source", "online") and event["wall"] > 0

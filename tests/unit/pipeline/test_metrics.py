@@ -36,3 +36,15 @@ def test_replace_drops_series_that_are_gone() -> None:
     m.set("fw_up", 1, source="a")
     m.replace("fw_up", {(("source", "b"),): 1.0})
     assert 'source="a"' not in m.render() and 'source="b"' in m.render()
+
+
+def test_an_outputs_totals_become_one_series_per_counter() -> None:
+    from framewire.pipeline.ops.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    telemetry.on_output_counts("output2.mqtt", {"sent": 4, "dropped": 1})
+    telemetry.on_output_counts("output2.mqtt", {"sent": 9, "dropped": 1})  # totals, not increments
+    families = {f.name: f for f in text_string_to_metric_families(telemetry.metrics.render())}
+    samples = {s.labels["counter"]: s.value for s in families["framewire_output_messages"].samples}
+    assert samples == {"sent": 9, "dropped": 1}
+    assert {s.labels["output"] for s in families["framewire_output_messages"].samples} == {"output2.mqtt"}
