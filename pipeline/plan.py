@@ -68,6 +68,8 @@ class HttpSettings:
     token: str | None = None
     keep_running: bool = False
     """Stay up when every source has ended, waiting for sources added through the control API."""
+    hls: tuple[str, ...] = ()
+    """The folder templates (`{source_id}`) of the hls outputs, served at /hls/<source_id>/."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
 from framewire.config import Config, SourceBase, SourceConfig, ZmqOutput, output_name
 from framewire.config.keys import suggest
+from framewire.config.video_out import HlsOutput
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
@@ -384,7 +385,8 @@ def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
         return None
-    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running)
+    hls = tuple(out.path for out in config.outputs if isinstance(out, HlsOutput))
+    return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, hls=hls)
 
 
 def source_plan(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> SourcePlan:

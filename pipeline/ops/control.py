@@ -8,6 +8,7 @@
     GET    /sources            the sources (ended and failed ones too, until removed) and their state
     POST   /sources            add a source: a JSON object with the keys of a `sources:` item
     DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
+    GET    /hls/<id>/<file>    an hls output's playlist (index.m3u8) and segments (pipeline.ops.hls)
     POST   /drain              stop reading every source, finish what is in flight, exit
     POST   /stop               stop now (frames in flight are not finished)
 
@@ -39,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from framewire.pipeline.ops import hls
 from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ PROBES = {"/livez": ("live",), "/readyz": ("ready",), "/healthz": ("live", "read
 
 def allowed_methods(route: str) -> tuple[str, ...]:
     """The methods `route` takes; () where there is no such path."""
+    if hls.is_route(route):
+        return ("GET", "HEAD")
     if route.startswith("/sources/"):
         source_id = route[len("/sources/"):]
         return ROUTES["/sources/<id>"] if source_id and "/" not in source_id else ()
@@ -104,8 +108,10 @@ class ControlServer:
         token: str | None,
         metrics: Metrics,
         health: Callable[[], dict[str, Any]],
+        hls_folders: tuple[str, ...] = (),
     ) -> None:
         self.metrics = metrics
+        self.hls = hls.HlsFiles(hls_folders, token)
         self.health = health
         self.token = token
         self.commands: queue.Queue[Command] = queue.Queue()
@@ -234,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method in ("GET", "HEAD"):
             if route == "/metrics":
                 self._send(HTTPStatus.OK, self.server.control.metrics.render().encode(), CONTENT_TYPE)
+            elif hls.is_route(route):
+                self._hls(route)
             elif route == "/sources":
                 self._control("list")
             else:
@@ -251,6 +259,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         command = control.submit(action, self._body() if body else source)
         self._json(command.status, command.reply)
+
+    def _hls(self, route: str) -> None:
+        files, query = self.server.control.hls, urlsplit(self.path).query
+        token = files.token_of(query, self.headers.get("Authorization"), self.headers.get("Cookie"))
+        found = files.answer(route, query, token)
+        if not found.content_type:
+            raise _Refused(found.status, found.body.decode())
+        self._send(found.status, found.body, found.content_type, found.headers)
 
     def _probe(self, keys: tuple[str, ...]) -> None:
         state = self.server.control.health()

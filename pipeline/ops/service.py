@@ -75,7 +75,7 @@ class Operations:
         forget: Callable[[str], None],
     ) -> None:
         try:
-            self.server = ControlServer(http.host, http.port, http.token, metrics, health)
+            self.server = ControlServer(http.host, http.port, http.token, metrics, health, http.hls)
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         self.commands = Commands(plan, inputs, request_stop, health.stopping, forget)
