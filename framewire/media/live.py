@@ -106,6 +106,7 @@ class _Connection:
         )
         try:
             self.stream = self._add_stream(encoding)
+            self.container.start_encoding()  # connects (RTSP, RTMP) and writes the header now, not at the first frame
         except BaseException:
             self.container.close()
             raise
