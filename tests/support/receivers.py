@@ -20,7 +20,25 @@ from typing import Any
 import av
 import numpy as np
 
+from tests.support import clips
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def face_clip(path: Path, frames: int, fps: int = 15, size: tuple[int, int] = (352, 288)) -> Path:
+    """A clip of `frames` frames of the shipped face close-up (carphone), played forward and back
+    as often as needed, at `size` and `fps`: a face in every frame, for the face job to box."""
+    pictures = clips._pictures(ROOT / "assets/videos/carphone_pristine.mp4", size[0], size[1], 120)
+    cycle = pictures + pictures[::-1]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(cycle[i % len(cycle)], format="bgr24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
 
 
 def red_share(image: np.ndarray) -> float:
