@@ -121,7 +121,7 @@ class _Connection:
         stream.codec_context.colorspace = _BT601
         stream.codec_context.color_range = _TV_RANGE
         stream.codec_context.gop_size = encoding.keyint
-        stream.options = encoding.options()
+        stream.options = {**encoding.options()}
         return stream
 
     def write(self, image: np.ndarray, pts: int) -> None:
