@@ -61,7 +61,11 @@ class Target:
     muxer: str
     options: Mapping[str, str] = field(default_factory=dict)
     shown: str = ""
-    """The URL as logs may show it (credentials redacted)."""
+    """The URL as logs may show it (credentials redacted); the URL itself where empty."""
+
+    def __post_init__(self) -> None:
+        if not self.shown:
+            object.__setattr__(self, "shown", self.url)
 
 
 @dataclass
@@ -236,7 +240,7 @@ class LiveSender:
                 self._delay = self.backoff_s[0]
             except (OSError, av.FFmpegError, ValueError) as exc:
                 self.counts.dropped_down += 1
-                self._lost(f"lost: {exc}")
+                self._lost(f"lost: {_reason(exc, connection.target)}")
                 self._drop(connection)
         if self._connection is not None:
             try:
@@ -255,7 +259,7 @@ class LiveSender:
                 self.prepare()
             self._connection = _Connection(target, self.encoding, image.shape[1], image.shape[0], self.timeout_s)
         except (OSError, av.FFmpegError, ValueError) as exc:
-            self._lost(f"cannot open {target.shown or target.url}: {exc}")
+            self._lost(f"cannot open {target.shown}: {_reason(exc, target)}")
             return None
         self.counts.connects += 1
         if self.counts.connects > 1 or self.counts.failures:
@@ -276,6 +280,11 @@ class LiveSender:
         self._retry_at = time.monotonic() + self._delay
         log.warning("%s: %s; trying again in %.1f s (failure %d)", self.name, why, self._delay, self.counts.failures)
         self._delay = min(self._delay * 2, self.backoff_s[1])
+
+
+def _reason(exc: BaseException, target: Target) -> str:
+    """The error without the URL's credentials (FFmpeg's errors quote the URL they were given)."""
+    return str(exc).replace(target.url, target.shown)
 
 
 def counts_line(counts: LiveCounts) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from framewire.media.live import Encoding, LiveSender, Target, counts_line
+from framewire.pipeline.uris import redact
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,10 +24,10 @@ def frames(count: int, width: int = 64, height: int = 48) -> list[np.ndarray]:
     return [np.full((height, width, 3), (i * 7) % 256, np.uint8) for i in range(count)]
 
 
-def test_a_dead_receiver_never_blocks_the_caller_and_every_frame_is_counted() -> None:
-    url = f"rtsp://127.0.0.1:{free_port()}/x"  # nothing listens: every connect is refused
-    sender = LiveSender("push test", lambda: Target(url, "rtsp", {"rtsp_transport": "tcp"}, url), ENCODING,
-                        queue_frames=4, backoff_s=(0.05, 0.2), timeout_s=2)  # fmt: skip
+def test_a_dead_receiver_never_blocks_the_caller_and_every_frame_is_counted(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"rtsp://me:s3cret@127.0.0.1:{free_port()}/x"  # nothing listens: every connect is refused
+    target = Target(url, "rtsp", {"rtsp_transport": "tcp"}, redact(url))
+    sender = LiveSender("push test", lambda: target, ENCODING, queue_frames=4, backoff_s=(0.05, 0.2), timeout_s=2)
     started = time.monotonic()
     for i, image in enumerate(frames(200)):
         sender.put(image, i)
@@ -36,6 +37,8 @@ def test_a_dead_receiver_never_blocks_the_caller_and_every_frame_is_counted() ->
     assert counts.frames == 200 and counts.sent == 0 and counts.connects == 0
     assert counts.dropped == 200 and counts.failures >= 1
     assert "0/200 frames sent, 200 dropped" in counts_line(counts)
+    assert "Connection refused" in caplog.text and "rtsp://***@127.0.0.1" in caplog.text
+    assert "s3cret" not in caplog.text
 
 
 def test_hls_writes_a_rolling_window_and_ends_the_playlist(tmp_path: Path) -> None:
