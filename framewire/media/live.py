@@ -93,6 +93,10 @@ class LiveCounts:
     def reconnects(self) -> int:
         return max(0, self.connects - 1)
 
+    def add(self, other: LiveCounts) -> None:
+        for key, value in vars(other).items():
+            setattr(self, key, getattr(self, key) + value)
+
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "dropped": self.dropped, "reconnects": self.reconnects}
 

@@ -35,11 +35,21 @@ class _LiveSink(Stage):
         self.config = config
         self.streams: dict[str, dict[str, object]] = {}
         self.senders: dict[str, LiveSender] = {}
-        self.totals: dict[str, LiveCounts] = {}
-        """Counts of each source's ended streams (a source added again adds to them)."""
+        self.ended = LiveCounts()
+        """The counts of the streams that ended (every source's, every run's)."""
+        self.name = config.kind
 
     def start(self, ctx: StageContext) -> None:
         self.streams = ctx.streams
+        self.name = ctx.stage
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """This output's running totals over its sources (frames, sent, dropped, reconnects...): the
+        job's report and metrics carry them where the runtime asks for them."""
+        total = LiveCounts(**vars(self.ended))
+        for sender in list(self.senders.values()):
+            total.add(sender.counts)
+        return {self.name: total.as_dict()}
 
     def _sender(self, source_id: str) -> LiveSender:
         raise NotImplementedError
@@ -65,9 +75,7 @@ class _LiveSink(Stage):
             counts = sender.close(self.config.timeout_s * 2)
             lossy = counts.dropped or counts.failures
             log.log(logging.WARNING if lossy else logging.INFO, "%s: ended: %s", sender.name, counts_line(counts))
-            total = self.totals.setdefault(source_id, LiveCounts())
-            for key, value in vars(counts).items():
-                setattr(total, key, getattr(total, key) + value)
+            self.ended.add(counts)
         return ()
 
     def stop(self) -> None:
