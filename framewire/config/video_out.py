@@ -52,7 +52,11 @@ class LiveVideoOutput(OutputConfig):
         "failure; doubles each time. Frames meanwhile are dropped and counted.",
     )
     timeout_s: float = Field(
-        default=5.0, gt=0, le=120, description="Longest wait to connect or to send one frame before the connection is dropped."
+        default=2.0,
+        gt=0,
+        le=120,
+        description="push to RTSP: the longest wait to connect or to send before the connection is "
+        "dropped (the output process waits meanwhile); every output: the bound on ending a stream.",
     )
 
     @field_validator("reconnect_backoff_s")

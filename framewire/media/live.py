@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the matrix OpenCV's BGR->I420 uses
 _TV_RANGE = 1  # AVCOL_RANGE_MPEG
-_END = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,20 @@ class Target:
     def __post_init__(self) -> None:
         if not self.shown:
             object.__setattr__(self, "shown", self.url)
+
+
+def push_target(url: str, muxer: str, timeout_s: float, shown: str = "") -> Target:
+    """Where a push goes: RTSP over TCP (no UDP ports to open, nothing lost to a full socket buffer),
+    its socket operations bounded by `timeout_s`; or FLV over RTMP, which has no end to seek back to
+    for its duration. PyAV opens an RTMP output without options, so an RTMP server that takes the
+    connection and never answers is waited for as long as TCP waits. PyAV connects (write_header)
+    holding the GIL: a server that does not answer stalls the output process for up to `timeout_s`
+    per try (docs/guides/video-out.md); a refused connection costs nothing."""
+    if muxer == "rtsp":
+        options = {"rtsp_transport": "tcp", "timeout": str(int(timeout_s * 1_000_000))}
+    else:
+        options = {"flvflags": "no_duration_filesize"}
+    return Target(url, muxer, options, shown)
 
 
 @dataclass
@@ -161,7 +174,7 @@ class _Connection:
 class LiveSender:
     """One source's live stream: `put` queues a frame (never blocks), a thread encodes and sends it.
 
-    `opener` gives the Target for each connection; `prepare` (optional) runs before each open (HLS:
+    `target` gives where each connection goes; `prepare` (optional) runs before each open (HLS:
     make the folder). `close` ends the stream properly and returns the counts.
     """
 
@@ -183,7 +196,9 @@ class LiveSender:
         self.timeout_s = timeout_s
         self.prepare = prepare
         self.counts = LiveCounts()
-        self._queue: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue(maxsize=queue_frames)
+        self._queue: queue.Queue[tuple[np.ndarray, int]] = queue.Queue(maxsize=queue_frames)
+        self._ending = threading.Event()
+        self._abandon = threading.Event()
         self._lock = threading.Lock()
         self._connection: _Connection | None = None
         self._retry_at = 0.0
@@ -207,51 +222,59 @@ class LiveSender:
                     except queue.Empty:
                         pass
 
-    def close(self, timeout_s: float = 10.0) -> LiveCounts:
-        """Send what is queued, end the stream, stop the thread (within `timeout_s`)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self._queue.put(_END, timeout=0.1)
-                break
-            except queue.Full:
-                if time.monotonic() > deadline:  # the thread is stuck: make room for the end
-                    try:
-                        self._queue.get_nowait()
-                        self.counts.dropped_full += 1
-                    except queue.Empty:
-                        pass
-        self._thread.join(max(0.1, deadline - time.monotonic()))
+    def end(self) -> None:
+        """Ask the thread to send what is queued, end the stream and stop (returns at once)."""
+        self._ending.set()
+
+    def join(self, timeout_s: float) -> LiveCounts:
+        """Wait for the thread after `end()`; past `timeout_s` the frames still queued are dropped
+        (counted) and the stream ended, without waiting for that."""
+        self._thread.join(timeout_s)
         if self._thread.is_alive():
-            log.warning("%s: the sender did not stop within %.0f s", self.name, timeout_s)
+            log.warning("%s: the sender did not finish within %.1f s: dropping what is queued", self.name, timeout_s)
+            self._abandon.set()
+            self._thread.join(self.timeout_s * 2)
         return self.counts
+
+    def close(self, timeout_s: float = 10.0) -> LiveCounts:
+        """Send what is queued, end the stream, stop the thread (see `join`)."""
+        self.end()
+        return self.join(timeout_s)
 
     # --- the sender thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is _END:
-                break
-            image, pts = item
-            connection = self._connection or self._connect(image)
-            if connection is None:
+            try:
+                image, pts = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if self._ending.is_set():
+                    break
+                continue
+            if self._abandon.is_set():
                 self.counts.dropped_down += 1
                 continue
-            try:
-                connection.write(image, pts)
-                self.counts.sent += 1
-                self._delay = self.backoff_s[0]
-            except (OSError, av.FFmpegError, ValueError) as exc:
-                self.counts.dropped_down += 1
-                self._lost(f"lost: {_reason(exc, connection.target)}")
-                self._drop(connection)
+            self._send(image, pts)
         if self._connection is not None:
             try:
                 self._connection.close(finish=True)
             except (OSError, av.FFmpegError) as exc:
                 log.warning("%s: could not end the stream cleanly: %s", self.name, exc)
             self._connection = None
+
+    def _send(self, image: np.ndarray, pts: int) -> None:
+        connection = self._connection or self._connect(image)
+        if connection is None:
+            self.counts.dropped_down += 1
+            return
+        try:
+            connection.write(image, pts)
+            self.counts.sent += 1
+            self._delay = self.backoff_s[0]
+        except (OSError, av.FFmpegError, ValueError) as exc:
+            self.counts.dropped_down += 1
+            self._lost(f"lost: {_reason(exc, connection.target)}")
+            self._drop(connection)
 
     def _connect(self, image: np.ndarray) -> _Connection | None:
         """A new connection, or None while waiting to try again (after a failure, with backoff)."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
 
 from framewire.config.video_out import HlsOutput, LiveVideoOutput, PushOutput
-from framewire.media.live import Encoding, LiveCounts, LiveSender, Target, counts_line
+from framewire.media.live import Encoding, LiveCounts, LiveSender, Target, counts_line, push_target
 from framewire.pipeline import paths, uris
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.stages.outputs.record import composited_image
@@ -70,17 +71,25 @@ class _LiveSink(Stage):
         return ()
 
     def flush(self, source_id: str) -> Iterable[Frame]:
-        sender = self.senders.pop(source_id, None)
-        if sender is not None:
-            counts = sender.close(self.config.timeout_s * 2)
-            lossy = counts.dropped or counts.failures
-            log.log(logging.WARNING if lossy else logging.INFO, "%s: ended: %s", sender.name, counts_line(counts))
-            self.ended.add(counts)
+        self._finish(source_id, self.config.timeout_s * 2)
         return ()
 
+    def _finish(self, source_id: str, timeout_s: float) -> None:
+        sender = self.senders.pop(source_id, None)
+        if sender is None:
+            return
+        counts = sender.close(timeout_s)
+        lossy = counts.dropped or counts.failures
+        log.log(logging.WARNING if lossy else logging.INFO, "%s: ended: %s", sender.name, counts_line(counts))
+        self.ended.add(counts)
+
     def stop(self) -> None:
+        """Every stream ended at once, then waited for together: N stuck receivers cost one timeout, not N."""
+        for sender in self.senders.values():
+            sender.end()
+        deadline = time.monotonic() + self.config.timeout_s * 2
         for source_id in list(self.senders):
-            self.flush(source_id)
+            self._finish(source_id, max(0.1, deadline - time.monotonic()))
 
     def describe(self) -> dict[str, object]:
         return {"live_video": self.config.kind}
@@ -97,12 +106,8 @@ class PushSink(_LiveSink):
 
     def _sender(self, source_id: str) -> LiveSender:
         url = paths.render(self.push.url, source_id)
-        muxer = self.push.muxer
-        # RTSP over TCP: no UDP ports to open, and nothing lost to a full socket buffer. An FLV
-        # stream has no end to seek back to, so FFmpeg must not try to write its duration there.
-        options = {"rtsp_transport": "tcp"} if muxer == "rtsp" else {"flvflags": "no_duration_filesize"}
-        target = Target(url, muxer, options, uris.redact(url))
         c = self.push
+        target = push_target(url, c.muxer, c.timeout_s, uris.redact(url))
         return LiveSender(
             f"push output {source_id}", lambda: target, self._encoding(source_id, 2.0),
             queue_frames=c.queue_frames, backoff_s=c.reconnect_backoff_s, timeout_s=c.timeout_s,

@@ -110,7 +110,8 @@ def test_rtsp_push_is_annotated_at_the_source_rate_and_resumes_after_the_receive
 @pytest.mark.timeout(120)
 def test_rtmp_push_and_hls_played_by_chromium(tmp_path: Path) -> None:
     browser_path = chromium()
-    clip = face_clip(tmp_path / "face.mp4", 10 * FPS, FPS)
+    fps = 10
+    clip = face_clip(tmp_path / "face.mp4", 14 * fps, fps)
     rtmp = f"rtmp://127.0.0.1:{free_port()}/live/cam"
     port = free_port()
     config = job_yaml(tmp_path, clip, f"""
@@ -124,9 +125,9 @@ def test_rtmp_push_and_hls_played_by_chromium(tmp_path: Path) -> None:
     proc = start_cli("run", "-c", str(config), "--no-progress", "-v")
     playlist = f"http://127.0.0.1:{port}/hls/cam/index.m3u8"
     try:
-        wait_for(playlist + f"?token={TOKEN}", timeout_s=60)
+        wait_for(playlist + f"?token={TOKEN}", segments=3, timeout_s=60)  # where Chromium starts
         assert status_of(playlist) == 401  # the token is needed
-        times, errors = play(browser_path, playlist + f"?token={TOKEN}")
+        times, errors, restarts = play(browser_path, playlist + f"?token={TOKEN}")
         receiver.wait_frames(60, timeout_s=30)
         err = finish(proc)
         receiver.wait_end(30)
@@ -135,10 +136,10 @@ def test_rtmp_push_and_hls_played_by_chromium(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         receiver.kill()
-    assert times[-1] > times[0] + 1.0, f"currentTime did not advance: {times}"
+    assert times and times[-1] > times[0] + 1.0, f"currentTime did not advance: {times}; restarts: {restarts}"
     assert errors == []
-    assert annotated(frames) > 0.005 and 0.7 * FPS < arrival_fps(frames) < 1.3 * FPS
-    assert "hls output cam: ended: 150/150 frames sent, 0 dropped" in err
+    assert annotated(frames) > 0.005 and 0.7 * fps < arrival_fps(frames) < 1.3 * fps
+    assert "hls output cam: ended: 140/140 frames sent, 0 dropped" in err
 
 
 def status_of(url: str) -> int:
@@ -149,22 +150,34 @@ def status_of(url: str) -> int:
         return err.code
 
 
-def wait_for(url: str, timeout_s: float) -> None:
-    """Until the daemon serves the playlist (the job's first segment is written)."""
+def wait_for(url: str, segments: int, timeout_s: float) -> None:
+    """Until the daemon serves the playlist with at least `segments` segments listed."""
     deadline = time.monotonic() + timeout_s
+    listed = 0
     while True:
         try:
-            if status_of(url) == 200:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                listed = resp.read().decode().count(".ts")
+            if listed >= segments:
                 return
         except OSError:
-            pass  # the server is not up yet
-        assert time.monotonic() < deadline, f"{url} was not served within {timeout_s} s"
+            pass  # the server is not up yet, or no segment is written yet (404)
+        assert time.monotonic() < deadline, f"{url} listed {listed} segments after {timeout_s} s"
         time.sleep(0.2)
 
 
-def play(browser_path: Path, src: str) -> tuple[list[float], list[str]]:
+RESTARTS = 4
+"""Starts of the <video> allowed. Chromium's native HLS (156) fails about one live start in four
+here (DEMUXER_ERROR_COULD_NOT_PARSE, "Segment queue never had any data": after taking the last
+segments it reloads the playlist and gives up when nothing new is listed yet; its resume-after-pause
+path in media/filters/hls_rendition_impl.cc), whoever serves the playlist: a page starts it again,
+as a player does on an error. docs/guides/video-out.md says so."""
+
+
+def play(browser_path: Path, src: str) -> tuple[list[float], list[str], list[str]]:
     """A page with a <video> of the playlist in Chromium: its currentTime read until it has advanced
-    by over 1 s (at most 20 s), and the console's errors."""
+    by over 1 s (at most 20 s); the console's errors, and the video's errors that made the page
+    start it again (at most RESTARTS - 1)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -174,17 +187,26 @@ def play(browser_path: Path, src: str) -> tuple[list[float], list[str]]:
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
+            seen: list[str] = []
+            page.on("response", lambda r: seen.append(f"{r.status} {r.url.rsplit('/', 1)[-1].split('?')[0]}"))
             page.set_content(f'<video id="v" muted autoplay playsinline src="{src}"></video>')
             times: list[float] = []
+            restarts: list[str] = []
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 state = page.evaluate("(() => { const v = document.getElementById('v');"
                                       " return [v.currentTime, v.error ? v.error.message : null]; })()")  # fmt: skip
-                assert state[1] is None, f"the video failed: {state[1]}"
+                if state[1] is not None:
+                    restarts.append(f"{state[1]} after {seen}")
+                    assert len(restarts) < RESTARTS, f"the video failed {len(restarts)} times: {restarts}"
+                    seen.clear()
+                    page.evaluate("src => { const v = document.getElementById('v'); v.src = src; v.load(); }", src)
+                    times.clear()
+                    continue
                 times.append(float(state[0]))
                 if times[-1] > times[0] + 1.0:
                     break
                 time.sleep(0.25)
-            return times, errors
+            return times, errors, restarts
         finally:
             browser.close()

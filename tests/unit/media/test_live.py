@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 
-from framewire.media.live import Encoding, LiveSender, Target, counts_line
+from framewire.media.live import Encoding, LiveSender, Target, counts_line, push_target
 from framewire.pipeline.uris import redact
 from tests.support.ports import free_port
 
@@ -26,7 +26,7 @@ def frames(count: int, width: int = 64, height: int = 48) -> list[np.ndarray]:
 
 def test_a_dead_receiver_never_blocks_the_caller_and_every_frame_is_counted(caplog: pytest.LogCaptureFixture) -> None:
     url = f"rtsp://me:s3cret@127.0.0.1:{free_port()}/x"  # nothing listens: every connect is refused
-    target = Target(url, "rtsp", {"rtsp_transport": "tcp"}, redact(url))
+    target = push_target(url, "rtsp", 2.0, redact(url))
     sender = LiveSender("push test", lambda: target, ENCODING, queue_frames=4, backoff_s=(0.05, 0.2), timeout_s=2)
     started = time.monotonic()
     for i, image in enumerate(frames(200)):
@@ -88,3 +88,25 @@ def test_a_lost_receiver_is_reconnected_and_each_connection_starts_at_zero(tmp_p
     with av.open(str(folder / "index.m3u8")) as container:
         decoded = list(container.decode(video=0))
     assert len(decoded) == 50 and decoded[0].time is not None and decoded[0].time < 2.0  # restarted near 0
+
+
+def test_a_receiver_that_never_answers_costs_at_most_the_timeouts() -> None:
+    """A server that takes the TCP connection and never answers RTSP: connecting gives up after
+    `timeout_s` (FFmpeg's rtsp `timeout`), and close returns within its own bound. FFmpeg waits
+    with the GIL held (PyAV's write_header), so the caller's puts may wait that long too, once."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"rtsp://127.0.0.1:{server.getsockname()[1]}/x"
+        sender = LiveSender("silent test", lambda: push_target(url, "rtsp", 1.0), ENCODING,
+                            queue_frames=4, backoff_s=(5.0, 5.0), timeout_s=1.0)  # fmt: skip
+        started = time.monotonic()
+        for i, image in enumerate(frames(20)):
+            sender.put(image, i)
+        put_s = time.monotonic() - started
+        counts = sender.close(2.0)
+        closed_s = time.monotonic() - started
+    assert put_s < 2.0 and closed_s < 8.0, (put_s, closed_s)
+    assert (counts.sent, counts.connects, counts.failures, counts.dropped) == (0, 0, 1, 20), counts
