@@ -76,6 +76,8 @@ class HttpSettings:
     """A frame (BGR uint8) to JPEG bytes, for the console's previews; None: no previews."""
     preview_fps: float = 10.0
     """The most previews a second a watched source is encoded at."""
+    hls: tuple[str, ...] = ()
+    """The folder templates (`{source_id}`) of the hls outputs, served at /hls/<source_id>/."""
 
 
 @dataclass(frozen=True)

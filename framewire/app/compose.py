@@ -24,6 +24,7 @@ from framewire.config import (
 from framewire.config.job import resume_problem
 from framewire.media.jpeg import jpeg_encoder
 from framewire.config.keys import suggest
+from framewire.config.video_out import HlsOutput
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
 from framewire.pipeline.plan import HttpSettings, Plan, SourceOptions, SourcePlan
@@ -377,9 +378,10 @@ def _http(config: Config) -> HttpSettings | None:
     if not h.enabled:
         return None
     c = h.console
+    hls = tuple(out.path for out in config.outputs if isinstance(out, HlsOutput))
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, console=c.enabled,
                         encode_preview=jpeg_encoder(c.preview_width, c.jpeg_quality) if c.enabled else None,
-                        preview_fps=c.preview_fps)  # fmt: skip
+                        preview_fps=c.preview_fps, hls=hls)  # fmt: skip
 
 
 def resume_targets(config: Config, source_id: str) -> ResumeTargets:

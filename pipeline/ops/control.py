@@ -8,6 +8,7 @@
     GET    /sources            the sources (ended and failed ones too, until removed) and their state
     POST   /sources            add a source: a JSON object with the keys of a `sources:` item
     DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
+    GET    /hls/<id>/<file>    an hls output's playlist (index.m3u8) and segments (pipeline.ops.hls)
     POST   /drain              stop reading every source, finish what is in flight, exit
     POST   /stop               stop now (frames in flight are not finished)
     GET    /, /console/...     the web console and its data (pipeline.ops.console)
@@ -40,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from framewire.pipeline.ops import hls
 from framewire.pipeline.ops.console import Console, console_route
 from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 
@@ -75,7 +77,7 @@ PROBES = {"/livez": ("live",), "/readyz": ("ready",), "/healthz": ("live", "read
 
 def allowed_methods(route: str) -> tuple[str, ...]:
     """The methods `route` takes; () where there is no such path."""
-    if console_route(route):
+    if console_route(route) or hls.is_route(route):
         return ("GET", "HEAD")
     if route.startswith("/sources/"):
         source_id = route[len("/sources/"):]
@@ -109,9 +111,11 @@ class ControlServer:
         metrics: Metrics,
         health: Callable[[], dict[str, Any]],
         console: Console | None = None,
+        hls_folders: tuple[str, ...] = (),
     ) -> None:
         self.metrics = metrics
         self.console = console
+        self.hls = hls.HlsFiles(hls_folders, token)
         self.health = health
         self.token = token
         self.commands: queue.Queue[Command] = queue.Queue()
@@ -242,6 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._console(route)
             elif route == "/metrics":
                 self._send(HTTPStatus.OK, self.server.control.metrics.render().encode(), CONTENT_TYPE)
+            elif hls.is_route(route):
+                self._hls(route)
             elif route == "/sources":
                 self._control("list")
             else:
@@ -266,6 +272,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(HTTPStatus.NOT_FOUND, f"the web console is off (http.console.enabled): {route}")
         answer = control.console.answer(route, self.path, control.authorised(self.headers.get("Authorization")))
         self._send(answer.status, answer.body, answer.content_type, answer.headers)
+
+    def _hls(self, route: str) -> None:
+        files, query = self.server.control.hls, urlsplit(self.path).query
+        token = files.token_of(query, self.headers.get("Authorization"), self.headers.get("Cookie"))
+        found = files.answer(route, query, token)
+        if not found.content_type:
+            raise _Refused(found.status, found.body.decode())
+        self._send(found.status, found.body, found.content_type, found.headers)
 
     def _probe(self, keys: tuple[str, ...]) -> None:
         state = self.server.control.health()
