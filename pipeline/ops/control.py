@@ -110,6 +110,7 @@ class ControlServer:
         token: str | None,
         metrics: Metrics,
         health: Callable[[], dict[str, Any]],
+        *,
         console: Console | None = None,
         hls_folders: tuple[str, ...] = (),
     ) -> None:

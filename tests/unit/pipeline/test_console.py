@@ -157,7 +157,7 @@ def test_previews_are_limited_to_their_rate_and_a_late_viewer_gets_no_stale_fram
 def server() -> Iterator[str]:
     live = LiveStats()
     live.tick(_Inputs(cam="running"), force=True)  # type: ignore[arg-type]
-    control = ControlServer("127.0.0.1", 0, "t0k", Metrics(), lambda: {"live": True}, Console(live, None))
+    control = ControlServer("127.0.0.1", 0, "t0k", Metrics(), lambda: {"live": True}, console=Console(live, None))
     control.start()
     try:
         yield control.url

@@ -39,7 +39,7 @@ def served(tmp_path: Path) -> Iterator[str]:
     (folder / "secret.txt").write_text("not served")
     (tmp_path / "hls" / "other.ts").write_bytes(b"\x47" * 188)
     template = str(tmp_path / "hls" / "{source_id}")
-    server = ControlServer("127.0.0.1", 0, TOKEN, Metrics(), lambda: {"live": True, "ready": True}, (template,))
+    server = ControlServer("127.0.0.1", 0, TOKEN, Metrics(), lambda: {"live": True, "ready": True}, hls_folders=(template,))
     server.start()
     try:
         yield server.url
