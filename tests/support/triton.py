@@ -1,0 +1,187 @@
+"""A real Triton Inference Server started by a test (or the benchmark): pytriton's tritonserver in a
+venv of its own (tests.support.components.triton_venv), serving ONNX models through
+tests/support/triton_server.py on ports the caller picks, protected by a known access token.
+
+`TritonServer.kill()` SIGKILLs the whole process group (pytriton's Python, tritonserver and its
+backend stubs) and removes the /dev/shm files a killed pytriton leaves behind; `start()` again serves
+on the same ports, as a restarted server would.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.support.components import triton_venv
+from tests.support.ports import free_port
+
+SERVER = Path(__file__).with_name("triton_server.py")
+TOKEN_HEADER = "triton-grpc-protocol-triton-access-token"
+
+
+@functools.lru_cache(maxsize=1)
+def _libdir(python: str) -> str:
+    """The folder of libpython that Triton's Python backend stub links against."""
+    done = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+class TritonServer:
+    """One Triton serving `models` ({name: path of an .onnx}); `url` is its gRPC address."""
+
+    def __init__(
+        self,
+        models: Mapping[str, str | Path],
+        *,
+        max_batch: int = 8,
+        delay_us: int = 2000,
+        instances: int = 1,
+        threads: int = 1,
+        token: str = "framewire-test-token",
+    ) -> None:
+        self.models = {name: str(path) for name, path in models.items()}
+        self.max_batch, self.delay_us, self.instances, self.threads = max_batch, delay_us, instances, threads
+        self.token = token
+        self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.url = f"127.0.0.1:{self.grpc_port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._workspace = tempfile.TemporaryDirectory(prefix="fw-triton-")
+        self._log = Path(self._workspace.name) / "server.log"
+        self.pids: list[int] = []
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The header that opens the shared-memory and statistics endpoints."""
+        return {TOKEN_HEADER: self.token}
+
+    def start(self, timeout: float = 90.0) -> TritonServer:
+        python = str(triton_venv())
+        env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [_libdir(python), os.environ.get("LD_LIBRARY_PATH")]))}
+        env.pop("PYTHONPATH", None)
+        cmd = [python, str(SERVER), "--grpc-port", str(self.grpc_port), "--http-port", str(self.http_port),
+               "--metrics-port", str(self.metrics_port), "--token", self.token, "--max-batch", str(self.max_batch),
+               "--delay-us", str(self.delay_us), "--instances", str(self.instances), "--threads", str(self.threads),
+               "--workspace", str(Path(self._workspace.name) / f"ws{len(self.pids)}")]  # fmt: skip
+        for name, path in self.models.items():
+            cmd += ["--model", f"{name}={path}"]
+        log = open(self._log, "ab")
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        self.pids.append(self.process.pid)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until every model answers ready; the server's log in the error if it never does."""
+        import tritonclient.grpc as grpcclient
+
+        deadline = time.monotonic() + timeout
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while time.monotonic() < deadline:
+                if self.process is not None and self.process.poll() is not None:
+                    raise RuntimeError(f"Triton exited with {self.process.returncode}: {self.log_tail()}")
+                try:
+                    if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
+                        return
+                except Exception:  # noqa: BLE001 - not listening yet
+                    pass
+                time.sleep(0.2)
+            raise RuntimeError(f"Triton not ready within {timeout:.0f} s: {self.log_tail()}")
+        finally:
+            client.close()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return " | ".join(self._log.read_text(errors="replace").strip().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def statistics(self, model: str) -> Any:
+        """The model's inference statistics (needs the token): a ModelStatisticsResponse."""
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            return client.get_inference_statistics(model, headers=self.headers)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server (a crash), then remove what it left in /dev/shm."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+        self._wait_group_gone(self.process.pid)
+        self._clean_shm()
+        self.process = None
+
+    def stop(self) -> None:
+        """SIGTERM and wait (SIGKILL after 20 s); the ports are free after it."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=20)
+            self._wait_group_gone(self.process.pid, 10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    @staticmethod
+    def _wait_group_gone(pgid: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _clean_shm(self) -> None:
+        for pid in self.pids:
+            for leftover in glob.glob(f"/dev/shm/pytrtion{pid}-*"):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop()
+        self._clean_shm()
+        self._workspace.cleanup()
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serving_model(path: str | Path, out_dir: Path, dynamic_axes: Mapping[str, tuple[int, ...]], name: str) -> Path:
+    """The model file as the daemon loads it (its task's dynamic axes and a dynamic batch, the same
+    rewrite framewire.engines.onnx_model makes), written to `out_dir/<name>.onnx` for Triton to serve."""
+    from framewire.engines.onnx_model import load_model_bytes
+
+    target = out_dir / f"{name}.onnx"
+    target.write_bytes(load_model_bytes(path, dynamic_axes))
+    return target
