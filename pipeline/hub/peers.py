@@ -40,6 +40,8 @@ class Peer:
         """The frames it holds, with when each was sent (monotonic)."""
         self.reads: frozenset[str] = frozenset()
         self.writes: frozenset[str] = frozenset()
+        self.backend_down: str | None = None
+        """Why its backend does not answer (its STATUS), while it waits for it; None: it answers."""
 
     @property
     def available(self) -> bool:

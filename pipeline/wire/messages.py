@@ -29,6 +29,7 @@ CLOSED = "closed"  # an output closed its files for a source
 STATS = "stats"  # counters from a worker: {dropped: n, ...}
 PING = "ping"  # a remote worker is idle and alive (pipeline.remote)
 BYE = "bye"  # a remote worker leaves: the frames it holds go to other workers
+STATUS = "status"  # a worker's backend answers or not, and the backend's own counters: {available, reason?, times?}
 EVENT = "event"  # an output's announcement (a closed video segment): {event}; the hub passes it to every output
 # Messages the hub sends a worker.
 WORK = "work"  # process this frame
@@ -38,7 +39,8 @@ STOP = "stop"  # stop: a source stops reading; other workers finish and exit
 PONG = "pong"  # the answer to PING: {known}: false asks a remote worker to send READY again
 
 TYPES = frozenset(
-    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, PING, BYE, EVENT, WORK, POOL, GRANT, STOP, PONG}
+    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, PING, BYE, EVENT, WORK, POOL, GRANT, STOP, PONG,
+     STATUS}
 )
 
 DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"})
