@@ -69,8 +69,9 @@ def is_outage(exc: BaseException) -> bool:
     message = str(exc)
     if code in OUTAGE_CODES and RESTRICTED not in message:
         return True
-    # A server that restarts answers before its models are loaded again.
-    return "is not ready" in message or ("unknown model" in message and "not found" not in message)
+    # A server that restarts answers before its models are loaded again. (At start the supervisor's
+    # preflight has found the model, so a model missing later is taken as that.)
+    return "is not ready" in message or "unknown model" in message
 
 
 class Server:
@@ -120,9 +121,12 @@ class Described:
     version: str
 
 
-def describe_model(server: Server, name: str, version: str, timeout_s: float) -> Described:
+def describe_model(server: Server, name: str, version: str, timeout_s: float, *, strict: bool = False) -> Described:
     """The model's tensors from Triton's metadata (the batch dim first, as None, when it batches).
-    One-line errors: EngineError when nothing answers, ConfigError when the model is not there."""
+
+    `strict` (the supervisor's check at start): EngineError when nothing answers within `timeout_s`,
+    ConfigError when the model is not there. Otherwise (an infer worker, after that check passed)
+    both are an outage, BackendUnavailable, which the stage waits out: the server is restarting."""
     from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
     url = server.settings.url
@@ -131,14 +135,18 @@ def describe_model(server: Server, name: str, version: str, timeout_s: float) ->
         try:
             client = server.get()
             if not client.is_model_ready(name, version, headers=server.headers, client_timeout=timeout_s):
+                if not strict:
+                    raise BackendUnavailable(f"Triton at {url} has model {name!r} not ready")
                 raise ConfigError(_missing(client, server, name, version))
             metadata = client.get_model_metadata(name, version, headers=server.headers, client_timeout=timeout_s)
             config = client.get_model_config(name, version, headers=server.headers, client_timeout=timeout_s).config
             break
         except InferenceServerException as exc:
             server.fresh()
+            why = _first_line(exc)
+            if is_outage(exc) and not strict:
+                raise BackendUnavailable(f"Triton at {url} does not answer for model {name!r}: {why}") from None
             if not is_outage(exc) or time.monotonic() > deadline:
-                why = "; ".join(str(exc).splitlines()[:1])
                 raise EngineError(f"engine.triton.url: no Triton answers at {url} for model {name!r}: {why}") from None
             time.sleep(0.2)
     batch = int(config.max_batch_size)
@@ -375,7 +383,8 @@ def preflight(settings: TritonConfig, model_path: str) -> None:
     """At start, in the supervisor: the server answers and has the model ready (one line if not)."""
     server = Server(settings)
     try:
-        describe_model(server, model_name(settings, model_path), settings.version, settings.connect_timeout_s)
+        name = model_name(settings, model_path)
+        describe_model(server, name, settings.version, settings.connect_timeout_s, strict=True)
     finally:
         server.fresh()
 

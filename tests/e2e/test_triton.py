@@ -102,15 +102,15 @@ def _assert_same_boxes(ours: list[dict[str, Any]], reference: list[dict[str, Any
     return boxes
 
 
-@pytest.mark.parametrize("job, frames", [("default", None), ("yolox", 12)])
+@pytest.mark.parametrize("job, frames", [("default", 40), ("yolox", 8)])
 def test_same_boxes_as_onnxruntime_over_grpc_and_shared_memory(
     job: str, frames: int | None, server: TritonServer, tmp_path: Path
 ) -> None:
-    source = {"max_frames": frames} if frames else {}
+    source = {"max_frames": frames}
     reference = _run(_config(job, tmp_path, **source), tmp_path, "onnxruntime")
     over_grpc = _run(_config(job, tmp_path, _triton(server.url), **source), tmp_path, "grpc")
     over_shm = _run(_config(job, tmp_path, _triton(server.url, "system"), **source), tmp_path, "shm")
-    assert len(reference) == (frames or 120)
+    assert len(reference) == frames
     assert _assert_same_boxes(over_grpc, reference) > 0
     assert _assert_same_boxes(over_shm, reference) > 0
 
@@ -126,6 +126,11 @@ def _sample(families: dict[str, Any], family: str, sample: str | None = None) ->
     return [s.value for s in found.samples if s.name == (sample or family)] if found else []
 
 
+def _written(families: dict[str, Any]) -> float:
+    frames = families.get("framewire_frames")
+    return sum(s.value for s in frames.samples if s.labels.get("stage") == "output") if frames else 0.0
+
+
 def _wait(predicate: Any, proc: Any, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -138,7 +143,7 @@ def _wait(predicate: Any, proc: Any, what: str, timeout: float = 60) -> None:
 def test_triton_killed_mid_job_loses_no_frame_and_shows_in_readyz_and_metrics(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
-    clip = clips.make_clip(tmp_path / "clip.mp4", width=160, height=120, frames=200, fps=10)  # 20 s paced
+    clip = clips.make_clip(tmp_path / "clip.mp4", width=160, height=120, frames=120, fps=10)  # 12 s paced
     port = free_port()
     with TritonServer({FACE: models[FACE]}) as triton:
         engine = _triton(triton.url, "system", stats_interval_s=0.5, retry_max_s=0.5)
@@ -150,7 +155,7 @@ def test_triton_killed_mid_job_loses_no_frame_and_shows_in_readyz_and_metrics(
         url = f"http://127.0.0.1:{port}"
         try:
             _wait(lambda: get(url + "/readyz")[0] == 200, proc, "ready")
-            _wait(lambda: sum(_sample(_metrics(url), "framewire_frames", "framewire_frames_total")) > 150, proc, "frames")
+            _wait(lambda: _written(_metrics(url)) >= 25, proc, "25 frames written")  # of 120
             assert _sample(_metrics(url), "framewire_backend_queue_seconds", "framewire_backend_queue_seconds_total")
             triton.kill()
             killed = time.monotonic()
@@ -162,8 +167,9 @@ def test_triton_killed_mid_job_loses_no_frame_and_shows_in_readyz_and_metrics(
             assert sum(_sample(families, "framewire_backend_outages", "framewire_backend_outages_total")) >= 1
             time.sleep(max(0.0, 10.0 - (time.monotonic() - killed)))  # ~10 s without Triton
             triton.start()
-            _wait(lambda: get(url + "/readyz")[0] == 200, proc, "ready again", 60)
-            assert set(_sample(_metrics(url), "framewire_backend_up")) == {1.0}
+            _wait(lambda: get(url + "/readyz")[0] == 200, proc, "ready again", 60)  # one worker answers
+            _wait(lambda: set(_sample(_metrics(url), "framewire_backend_up")) == {1.0}, proc, "every worker", 30)
+            assert _written(_metrics(url)) < 120  # the outage was in the middle of the job
             out, err = proc.communicate(timeout=120)
         finally:
             if proc.poll() is None:
@@ -171,8 +177,8 @@ def test_triton_killed_mid_job_loses_no_frame_and_shows_in_readyz_and_metrics(
                 proc.communicate()
     assert proc.returncode == 0, err[-2000:]
     records = read_jsonl(tmp_path / "clip.jsonl")
-    assert [r["seq"] for r in records] == list(range(200))
-    assert clips.count_frames(tmp_path / "clip.mp4") == 200
+    assert [r["seq"] for r in records] == list(range(120))
+    assert clips.count_frames(tmp_path / "clip.mp4") == 120
     assert "does not answer" in err and "answers again" in err
 
 
@@ -183,7 +189,7 @@ def test_two_daemons_are_batched_together_by_triton(models: dict[str, Path], tmp
         engine = {**_triton(triton.url), "processes_per_device": 1}
         procs = []
         for i in range(2):
-            config = _config("default", tmp_path / f"d{i}", engine)
+            config = _config("default", tmp_path / f"d{i}", engine, max_frames=60)
             (tmp_path / f"d{i}").mkdir()
             (tmp_path / f"d{i}" / "job.yaml").write_text(yaml.safe_dump(config))
             procs.append(start_cli("run", "-c", str(tmp_path / f"d{i}" / "job.yaml")))
@@ -192,10 +198,10 @@ def test_two_daemons_are_batched_together_by_triton(models: dict[str, Path], tmp
             assert proc.returncode == 0, err[-2000:]
         (stats,) = triton.statistics(FACE).model_stats
     sizes = {b.batch_size: b.compute_infer.count for b in stats.batch_stats}
-    assert stats.inference_count == 240
+    assert stats.inference_count == 120
     assert max(sizes) == 2 and sizes[2] > 0, sizes
     for i in range(2):
-        assert len(read_jsonl(tmp_path / f"d{i}" / "carphone.jsonl")) == 120
+        assert len(read_jsonl(tmp_path / f"d{i}" / "carphone.jsonl")) == 60
 
 
 def test_start_up_errors_are_one_line(server: TritonServer, tmp_path: Path) -> None:
