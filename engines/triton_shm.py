@@ -213,7 +213,7 @@ def open_regions(kind: str, tag: str, device: int = 0) -> Regions:
 
 def sweep_regions(shm_dir: str = SHM_DIR) -> list[str]:
     """Remove the system regions of workers that died without closing theirs (SIGKILL, OOM)."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(shm_dir)
     except OSError:
