@@ -14,6 +14,7 @@ import glob
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -185,3 +186,42 @@ def serving_model(path: str | Path, out_dir: Path, dynamic_axes: Mapping[str, tu
     target = out_dir / f"{name}.onnx"
     target.write_bytes(load_model_bytes(path, dynamic_axes))
     return target
+
+
+def main() -> None:
+    """`python -m tests.support.triton -c configs/default.yaml`: serve the configs' primary models
+    (as the daemon loads them, under their file names) until Ctrl-C; prints the URL and token."""
+    import argparse
+
+    from framewire.app.compose import build_task
+    from framewire.config import load_config
+    from framewire.engines.batch_rewrite import with_batch_axis
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("-c", "--config", action="append", required=True)
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--delay-us", type=int, default=2000)
+    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="fw-triton-models-"))
+    models = {}
+    for path in args.config:
+        config = load_config(path)
+        task = build_task(config)
+        name = Path(config.model.path).stem
+        models[name] = serving_model(config.model.path, folder, with_batch_axis(task.dynamic_axes(), task.input_name), name)
+    server = TritonServer(models, max_batch=args.max_batch, delay_us=args.delay_us, instances=args.instances,
+                          threads=args.threads)  # fmt: skip
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` too stops the server's process group
+    with server:
+        print(f"Triton at {server.url} serving {', '.join(models)}; {TOKEN_HEADER}={server.token}", flush=True)
+        try:
+            while server.process is not None and server.process.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
