@@ -299,10 +299,20 @@ class TritonEngine(Engine):
                 if placed is not None:
                     item.set_shared_memory(*placed)
             outputs.append(item)
-        result = client.infer(
-            self.name, inputs, self.version, outputs=outputs, headers=self.server.headers,
-            client_timeout=self.settings.timeout_s,
-        )  # fmt: skip
+        try:
+            result = client.infer(
+                self.name, inputs, self.version, outputs=outputs, headers=self.server.headers,
+                client_timeout=self.settings.timeout_s,
+            )  # fmt: skip
+        except Exception as exc:
+            if regions is None or not regions.placed or is_outage(exc):
+                raise
+            # Outputs whose size varies with the content outgrew what was learned: learn again
+            # (this request's outputs come on the socket, so this recurses once at most).
+            log.info("model %s: outputs do not fit their shared-memory regions (%s); learning their sizes again",
+                     self.name, _first_line(exc))  # fmt: skip
+            regions.forget_outputs(key)
+            return self._request(lane, feeds, names)
         if regions is None:
             return {name: result.as_numpy(name) for name in names}
         return regions.take(result, names, key, batch)

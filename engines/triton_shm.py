@@ -173,10 +173,16 @@ class Regions:
                 self.output_bytes[(key, name)] = int(out[name].nbytes)
         return out
 
+    @property
+    def placed(self) -> bool:
+        """Whether the request being made has outputs in regions."""
+        return bool(self._placed)
+
     def forget_outputs(self, key: Hashable) -> None:
         """An answer did not fit the learned sizes (outputs that vary with the content): learn again."""
         for known in [k for k in self.output_bytes if k[0] == key]:
             del self.output_bytes[known]
+        self._placed = set()
 
     def forget_registration(self) -> None:
         """The server may have restarted and forgotten the regions: register each again on next use."""
