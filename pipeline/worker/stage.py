@@ -43,7 +43,7 @@ def worker_main(spec: WorkerSpec) -> None:
         spec.index,
         emit=lambda event: conn.send({"type": msg.EVENT, "event": event}),
         status=lambda status: conn.send({**status, "type": msg.STATUS}),
-        gone=SupervisorWatch(spec.supervisor_pid, sweep=False).gone,
+        gone=SupervisorWatch(spec.supervisor_pid).gone,  # a stage waiting for its backend asks it
     )
     try:
         stage: Stage = spec.factory()

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from framewire.pipeline.hub.header import FrameKey
-from framewire.pipeline.hub.peers import Peer, Roster
 from framewire.pipeline.ops.service import Health
 from framewire.pipeline.ops.telemetry import Telemetry
 from framewire.pipeline.plan import Plan
@@ -19,18 +18,15 @@ from tests.unit.pipeline.test_lifecycle import lifecycle, stage_factory
 pytestmark = pytest.mark.timeout(30)
 
 
-def _peer(stage: str, index: int) -> Peer:
-    peer = Peer(stage, index, f"{stage}[{index}]", lambda *a: True, b"x%d" % index)
-    peer.ready = True
-    return peer
-
-
 def test_not_ready_while_every_worker_of_a_stage_waits_for_its_backend() -> None:
-    a, b, out = _peer("infer", 0), _peer("infer", 1), _peer("out", 0)
-    roster = Roster({"infer": [a, b], "out": [out]})
+    life, _, _ = lifecycle()
+    a, b = life.start_stage("infer", 0, stage_factory), life.start_stage("infer", 1, stage_factory)
+    out = life.start_stage("out", 0, stage_factory)
+    for peer in (a, b, out):
+        peer.ready = True
     plan = Plan(middle=(("infer", 2, functools.partial(int)),), outputs=(("out", functools.partial(int)),),
                 sources=(), slot_layout=lambda source, info: {})  # fmt: skip
-    health = Health(plan, roster, SimpleNamespace(granting=True), lambda: False)  # type: ignore[arg-type]
+    health = Health(plan, life.roster, SimpleNamespace(granting=True), lambda: False)  # type: ignore[arg-type]
     assert health()["ready"] is True
     a.backend_down = "Triton at h:1 does not answer"
     assert health()["ready"] is True  # the other worker still has it
