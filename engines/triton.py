@@ -47,13 +47,17 @@ def _grpc() -> ModuleType:
     return grpcclient
 
 
-def _read(path: str | None, key: str) -> bytes | None:
+def _readable(path: str | None, key: str) -> str | None:
+    """A PEM file's path (tritonclient opens it itself), checked now so that a bad one is one line."""
     if path is None:
         return None
+    file = Path(path).expanduser()
     try:
-        return Path(path).expanduser().read_bytes()
+        with open(file, "rb"):
+            pass
     except OSError as exc:
         raise ConfigError(f"engine.triton.{key}: cannot read {path}: {exc.strerror or exc}") from None
+    return str(file)
 
 
 def model_name(settings: TritonConfig, model_path: str, secondary: str | None = None) -> str:
@@ -81,9 +85,9 @@ class Server:
         self.settings = settings
         self.headers = dict(settings.headers)
         self._credentials = (
-            _read(settings.root_certificates, "root_certificates"),
-            _read(settings.private_key, "private_key"),
-            _read(settings.certificate_chain, "certificate_chain"),
+            _readable(settings.root_certificates, "root_certificates"),
+            _readable(settings.private_key, "private_key"),
+            _readable(settings.certificate_chain, "certificate_chain"),
         )
         self.client: Any = None
 

@@ -218,3 +218,30 @@ def test_start_up_errors_are_one_line(server: TritonServer, tmp_path: Path) -> N
         lines = [line for line in done.stderr.splitlines() if "error" in line.lower() or message in line]
         assert any(message in line for line in lines), done.stderr[-1500:]
         assert "Traceback" not in done.stderr
+
+
+def test_a_cascades_secondary_models_run_on_triton_too(tmp_path: Path) -> None:
+    """The OCR job: text detection, then text recognition and the angle classifier on its crops, all
+    three on Triton (the angle model under a name of its own: engine.triton.secondary)."""
+    from framewire.app.compose import build_secondaries, build_task
+    from framewire.config import load_config
+    from framewire.engines.batch_rewrite import with_batch_axis
+
+    config = load_config(ROOT / "configs" / "ocr.yaml")
+    task = build_task(config)
+    served = {Path(config.model.path).stem: (config.model.path, with_batch_axis(task.dynamic_axes(), task.input_name))}
+    for item, secondary in zip(config.secondary, build_secondaries(config), strict=True):
+        name = "ocr_angle" if item.name == "angle" else Path(item.path).stem
+        axes = with_batch_axis(secondary.task.dynamic_axes(), secondary.task.input_name)
+        served[name] = (item.path, axes)
+    models = {name: serving_model(ROOT / path, tmp_path, axes, name) for name, (path, axes) in served.items()}
+    with TritonServer(models) as triton:
+        reference = _run(_config("ocr", tmp_path, max_frames=2), tmp_path, "onnxruntime")
+        engine = _triton(triton.url, secondary={"angle": "ocr_angle"})
+        ours = _run(_config("ocr", tmp_path, engine, max_frames=2), tmp_path, "triton")
+        (stats,) = triton.statistics("ocr_angle").model_stats
+    assert _assert_same_boxes(ours, reference) > 0
+    texts = [[d.get("attributes") for d in r["results"]["detections"]] for r in ours]
+    assert texts == [[d.get("attributes") for d in r["results"]["detections"]] for r in reference]
+    assert any(a and a.get("text", {}).get("text") for frame in texts for a in frame)
+    assert stats.inference_count > 0  # the angle model ran on Triton, under its own name

@@ -6,6 +6,7 @@ outgrow their regions are learned again, and closing leaves nothing registered o
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from framewire.config.engine import TritonConfig
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.onnxruntime import OnnxRuntimeEngine
 from framewire.engines.triton import TritonEngine
+from framewire.pipeline.errors import BackendUnavailable, ConfigError
 from tests.support.triton import TOKEN_HEADER, TritonServer, serving_model
 
 pytestmark = pytest.mark.timeout(120)
@@ -90,3 +92,23 @@ def test_socket_and_shared_memory_give_onnxruntimes_outputs(
     shm.close()
     assert _registered(server) == []
     assert not any(os.path.exists("/dev/shm" + key) for key in keys)
+
+
+def test_tls_with_the_servers_ca(tmp_path: Path, reference: OnnxRuntimeEngine) -> None:
+    """gRPC over TLS: a self-signed certificate for 127.0.0.1, trusted through root_certificates."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    model = serving_model(YUNET, tmp_path, AXES, "yunet")
+    with TritonServer({"yunet": model}, tls=(cert, key)) as server:
+        engine = _engine(server, ssl=True, root_certificates=str(cert))
+        frame = np.random.default_rng(1).random((1, 3, 64, 96), dtype=np.float32)
+        _same(engine.infer({"input": frame}), reference.infer({"input": frame}))
+        engine.close()
+        with pytest.raises(BackendUnavailable):  # the system's CAs do not know it: no answer, as if down
+            _engine(server, ssl=True)
+        with pytest.raises(ConfigError, match="engine.triton.root_certificates: cannot read"):
+            _engine(server, ssl=True, root_certificates=str(tmp_path / "missing.pem"))

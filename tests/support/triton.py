@@ -50,10 +50,13 @@ class TritonServer:
         instances: int = 1,
         threads: int = 1,
         token: str = "framewire-test-token",
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.models = {name: str(path) for name, path in models.items()}
         self.max_batch, self.delay_us, self.instances, self.threads = max_batch, delay_us, instances, threads
         self.token = token
+        self.tls = tls
+        """(certificate, key) PEM files: gRPC over TLS (the readiness check then trusts the certificate)."""
         self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
         self.url = f"127.0.0.1:{self.grpc_port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -76,6 +79,8 @@ class TritonServer:
                "--workspace", str(Path(self._workspace.name) / f"ws{len(self.pids)}")]  # fmt: skip
         for name, path in self.models.items():
             cmd += ["--model", f"{name}={path}"]
+        if self.tls is not None:
+            cmd += ["--tls", str(self.tls[0]), str(self.tls[1])]
         log = open(self._log, "ab")
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
@@ -85,10 +90,8 @@ class TritonServer:
 
     def wait_ready(self, timeout: float) -> None:
         """Until every model answers ready; the server's log in the error if it never does."""
-        import tritonclient.grpc as grpcclient
-
         deadline = time.monotonic() + timeout
-        client = grpcclient.InferenceServerClient(self.url)
+        client = self.client()
         try:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
@@ -103,6 +106,13 @@ class TritonServer:
         finally:
             client.close()
 
+    def client(self) -> Any:
+        import tritonclient.grpc as grpcclient
+
+        if self.tls is None:
+            return grpcclient.InferenceServerClient(self.url)
+        return grpcclient.InferenceServerClient(self.url, ssl=True, root_certificates=str(self.tls[0]))
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             return " | ".join(self._log.read_text(errors="replace").strip().splitlines()[-lines:])
@@ -111,9 +121,7 @@ class TritonServer:
 
     def statistics(self, model: str) -> Any:
         """The model's inference statistics (needs the token): a ModelStatisticsResponse."""
-        import tritonclient.grpc as grpcclient
-
-        client = grpcclient.InferenceServerClient(self.url)
+        client = self.client()
         try:
             return client.get_inference_statistics(model, headers=self.headers)
         finally:

@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1, help="model instances (sessions) per model")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads per session")
     parser.add_argument("--workspace", default=None, help="pytriton's workspace folder")
+    parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"), help="gRPC over TLS with this PEM pair")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -85,6 +86,8 @@ def main() -> None:
         metrics_address="127.0.0.1",
         metrics_port=args.metrics_port,
         exit_on_error=True,
+        **({"grpc_use_ssl": True, "grpc_server_cert": Path(args.tls[0]), "grpc_server_key": Path(args.tls[1])}
+           if args.tls else {}),
     )
     security = TritonSecurityConfig(access_token=args.token)
     with Triton(config=config, workspace=args.workspace, security_config=security) as triton:
