@@ -235,9 +235,10 @@ def test_a_cascades_secondary_models_run_on_triton_too(tmp_path: Path) -> None:
         axes = with_batch_axis(secondary.task.dynamic_axes(), secondary.task.input_name)
         served[name] = (item.path, axes)
     models = {name: serving_model(ROOT / path, tmp_path, axes, name) for name, (path, axes) in served.items()}
+    one = {"processes_per_device": 1}  # two frames: one infer process each side is enough
     with TritonServer(models) as triton:
-        reference = _run(_config("ocr", tmp_path, max_frames=2), tmp_path, "onnxruntime")
-        engine = _triton(triton.url, secondary={"angle": "ocr_angle"})
+        reference = _run(_config("ocr", tmp_path, one, max_frames=2), tmp_path, "onnxruntime")
+        engine = {**_triton(triton.url, secondary={"angle": "ocr_angle"}), **one}
         ours = _run(_config("ocr", tmp_path, engine, max_frames=2), tmp_path, "triton")
         (stats,) = triton.statistics("ocr_angle").model_stats
     assert _assert_same_boxes(ours, reference) > 0

@@ -85,7 +85,11 @@ class TritonServer:
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         self.pids.append(self.process.pid)
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:  # a server that never got ready (or a client that gave up) is not left running
+            self.kill()
+            raise
         return self
 
     def wait_ready(self, timeout: float) -> None:
