@@ -246,7 +246,7 @@ class Hub:
         for it is not hung), or sent the backend's own counters."""
         if "available" in header:
             down = None if header["available"] else str(header.get("reason") or "backend unavailable")
-            if (down is None) != (peer.backend_down is None):
+            if down is None or peer.backend_down is None:  # up (again, or at start), or newly down
                 self.observer.on_backend(peer.stage, peer.index, down is None)
             peer.backend_down = down
         times = header.get("times")

@@ -156,7 +156,9 @@ def test_triton_killed_mid_job_loses_no_frame_and_shows_in_readyz_and_metrics(
         try:
             _wait(lambda: get(url + "/readyz")[0] == 200, proc, "ready")
             _wait(lambda: _written(_metrics(url)) >= 25, proc, "25 frames written")  # of 120
-            assert _sample(_metrics(url), "framewire_backend_queue_seconds", "framewire_backend_queue_seconds_total")
+            before = _metrics(url)
+            assert _sample(before, "framewire_backend_queue_seconds", "framewire_backend_queue_seconds_total")
+            assert _sample(before, "framewire_backend_up") == [1.0, 1.0]  # both infer workers, from their start
             triton.kill()
             killed = time.monotonic()
             _wait(lambda: "does not answer" in get(url + "/readyz")[1], proc, "not ready", 30)
