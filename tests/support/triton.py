@@ -26,6 +26,8 @@ from tests.support.ports import free_port
 
 SERVER = Path(__file__).with_name("triton_server.py")
 TOKEN_HEADER = "triton-grpc-protocol-triton-access-token"
+FAILED = "Triton Inference Server exited with failure"
+"""What pytriton logs when tritonserver could not start (it then waits instead of exiting)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,6 +38,10 @@ def _libdir(python: str) -> str:
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
     return done.stdout.strip()
+
+
+class ServerExited(RuntimeError):
+    """The server process ended while it was starting (its log's tail in the message)."""
 
 
 class TritonServer:
@@ -57,12 +63,12 @@ class TritonServer:
         self.token = token
         self.tls = tls
         """(certificate, key) PEM files: gRPC over TLS (the readiness check then trusts the certificate)."""
-        self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.url = f"127.0.0.1:{self.grpc_port}"
+        self._pick_ports()
         self.process: subprocess.Popen[bytes] | None = None
         self._workspace = tempfile.TemporaryDirectory(prefix="fw-triton-")
         self._log = Path(self._workspace.name) / "server.log"
         self.pids: list[int] = []
+        self._log_start = 0
 
     @property
     def headers(self) -> dict[str, str]:
@@ -70,6 +76,33 @@ class TritonServer:
         return {TOKEN_HEADER: self.token}
 
     def start(self, timeout: float = 90.0) -> TritonServer:
+        """Start (or start again) and wait until every model is ready. A server that exits while it
+        starts is started again, up to 3 times: a port that free_port() picked may be taken by
+        another process before Triton binds it. A first start then picks new ports; a restart keeps
+        its ports (its clients know them)."""
+        first = not self.pids
+        for attempt in range(3):
+            self._launch()
+            try:
+                self.wait_ready(timeout)
+                return self
+            except ServerExited:
+                self.kill()
+                if attempt == 2:
+                    raise
+                if first:
+                    self._pick_ports()
+                time.sleep(0.5)
+            except BaseException:  # never ready, or the caller gave up: nothing is left running
+                self.kill()
+                raise
+        return self
+
+    def _pick_ports(self) -> None:
+        self.grpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.url = f"127.0.0.1:{self.grpc_port}"
+
+    def _launch(self) -> None:
         python = str(triton_venv())
         env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [_libdir(python), os.environ.get("LD_LIBRARY_PATH")]))}
         env.pop("PYTHONPATH", None)
@@ -81,16 +114,10 @@ class TritonServer:
             cmd += ["--model", f"{name}={path}"]
         if self.tls is not None:
             cmd += ["--tls", str(self.tls[0]), str(self.tls[1])]
-        log = open(self._log, "ab")
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
+        with open(self._log, "ab") as log:
+            self._log_start = log.tell()
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.pids.append(self.process.pid)
-        try:
-            self.wait_ready(timeout)
-        except BaseException:  # a server that never got ready (or a client that gave up) is not left running
-            self.kill()
-            raise
-        return self
 
     def wait_ready(self, timeout: float) -> None:
         """Until every model answers ready; the server's log in the error if it never does."""
@@ -99,7 +126,9 @@ class TritonServer:
         try:
             while time.monotonic() < deadline:
                 if self.process is not None and self.process.poll() is not None:
-                    raise RuntimeError(f"Triton exited with {self.process.returncode}: {self.log_tail()}")
+                    raise ServerExited(f"Triton exited with {self.process.returncode}: {self.log_tail()}")
+                if FAILED in self._since_launch():  # tritonserver died (a port taken); pytriton's Python waits on
+                    raise ServerExited(f"Triton failed to start: {self.log_tail()}")
                 try:
                     if client.is_server_ready() and all(client.is_model_ready(m) for m in self.models):
                         return
@@ -116,6 +145,14 @@ class TritonServer:
         if self.tls is None:
             return grpcclient.InferenceServerClient(self.url)
         return grpcclient.InferenceServerClient(self.url, ssl=True, root_certificates=str(self.tls[0]))
+
+    def _since_launch(self) -> str:
+        try:
+            with open(self._log, "rb") as log:
+                log.seek(self._log_start)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 15) -> str:
         try:
