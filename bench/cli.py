@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cascade": ("bench.cascade", "a cascade's crops batched against one call each; tracking.interval against none"),
     "models": ("bench.models", "each real model against its own package's pipeline; tracking ids against the reference"),
     "console": ("bench.console", "the web console's previews: the hub's cost per frame with no viewer and one, the encoder's"),
+    "triton": ("bench.triton", "ONNX Runtime in the daemon against a Triton server: over gRPC and shared memory"),
     "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),
 }
 

@@ -33,6 +33,17 @@ class Engine(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    served: bool = False
+    """The model runs on a server this worker reaches over the network, which may go away and come
+    back (`infer` then raises BackendUnavailable, and the stage tries again)."""
+    retry_max_s: float = 2.0
+    """While the server does not answer: the longest wait between tries."""
+
+    def server_times(self) -> tuple[str, dict[str, float]] | None:
+        """The server's own totals for the model, for the metrics: (model name, {requests, queue_s,
+        compute_s}); None when it has none or has not read them yet."""
+        return None
+
     @property
     def provider(self) -> str:
         """What actually runs the model (for logs and metrics), e.g. `CPUExecutionProvider`."""

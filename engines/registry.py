@@ -23,6 +23,9 @@ class OpenOptions:
     callables so that nothing is read unless the backend asks (TensorRT's profile and calibration)."""
 
     device: int = 0
+    secondary: str | None = None
+    """Which model of the config this is: None the primary, else a secondary's `name` (a server
+    backend looks its model up by it)."""
     input_shapes: Callable[[], Mapping[str, Sequence[tuple[int, ...]]]] | None = None
     """The model input shapes (batch of one) the sources will feed, by input name."""
     calibration: Callable[[], Iterable[Any]] | None = None
@@ -158,6 +161,21 @@ def build_request(
     )
 
 
+def open_triton(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions = OpenOptions(),
+) -> Engine:
+    """`backend: triton`: the model on a Triton server (engine.triton), over gRPC."""
+    from framewire.engines.triton import TritonEngine, model_name
+
+    settings = config.triton
+    name = model_name(settings, model_path, options.secondary)
+    version = settings.version if options.secondary is None else ""
+    return TritonEngine(settings, name, dynamic_axes, device=options.device, version=version)
+
+
 Opener = Callable[[EngineConfig, str, Mapping[str, tuple[int, ...]], OpenOptions], Engine]
 """What an entry of the `framewire.backends` group is: (engine config, model path, dynamic axes,
 options) -> an open Engine."""
@@ -218,6 +236,8 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
     GPU packages are installed but no GPU can be used, since that user expected a GPU."""
     if config.backend is Backend.TENSORRT:
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
+    if config.backend is Backend.TRITON:  # the server holds the GPUs: processes_per_device clients
+        return Choice(Backend.TRITON, (), False, "engine.backend is triton")
     if not isinstance(config.backend, Backend):  # a plug-in's: it knows its devices
         return Choice(config.backend, (), False, f"engine.backend is {config.backend}")
     machine = machine or detect_machine()
@@ -264,9 +284,9 @@ def device_of(config: EngineConfig, worker: int) -> int:
     return config.devices[(worker // config.processes_per_device) % len(config.devices)]
 
 
-def preflight(config: EngineConfig) -> Choice:
+def preflight(config: EngineConfig, model_path: str | None = None) -> Choice:
     """Fail fast, in one line, where the configured backend cannot run here (no TensorRT, no GPU,
-    a GPU id this machine lacks), before any worker starts."""
+    a GPU id this machine lacks, no Triton answering with the model), before any worker starts."""
     from framewire.engines import cuda
     from framewire.engines.trt_build import import_tensorrt
 
@@ -277,6 +297,10 @@ def preflight(config: EngineConfig) -> Choice:
         import_tensorrt()
         for device in config.devices:
             cuda.require_device(device)
+    elif choice.backend is Backend.TRITON and model_path is not None:
+        from framewire.engines import triton
+
+        triton.preflight(config.triton, model_path)
     elif config.backend is Backend.ONNXRUNTIME:
         from framewire.engines.onnxruntime import check_providers
 

@@ -29,6 +29,11 @@ class EngineError(FramewireError):
     """An inference backend could not be loaded or failed to run."""
 
 
+class BackendUnavailable(EngineError):
+    """An inference server does not answer (down, restarting, too slow): the infer stage tries the
+    batch again with backoff instead of failing its frames."""
+
+
 class SourceError(FramewireError, ConnectionError):
     """A source could not be opened or read (missing file, not a video, corrupt or truncated)."""
 

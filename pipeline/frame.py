@@ -114,6 +114,10 @@ def _unheard(event: dict[str, Any]) -> None:
     return None
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass
 class StageContext:
     """What a stage gets in its worker process: who it is and what the sources look like."""
@@ -125,6 +129,12 @@ class StageContext:
     emit: Callable[[dict[str, Any]], None] = _unheard
     """Announce an event (a JSON-able map with `source` and `event`, e.g. a closed video segment):
     the hub logs and counts it and hands it to every output (`Stage.event`)."""
+    status: Callable[[dict[str, Any]], None] = _unheard
+    """Tell the hub how the stage's backend is: `{"available": False, "reason": ...}` while an
+    inference server does not answer (the daemon is then not ready), `{"available": True}` when it
+    does again, and `{"times": {...}}` the server's own counters for the metrics."""
+    gone: Callable[[], bool] = _never
+    """True once the worker's supervisor is gone: a stage that waits (for a backend) gives up."""
 
 
 class Stage(Protocol):

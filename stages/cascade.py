@@ -12,6 +12,7 @@ frames ago reuses that result: the stage then keeps state per source and declare
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from framewire.engines.base import Engine
 from framewire.pipeline.errors import EngineError
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.stages import detections
+from framewire.stages.backend_wait import BackendWait
 from framewire.stages.tasks.objects import ObjectResult, ObjectTask
 
 log = logging.getLogger(__name__)
@@ -68,11 +70,14 @@ class CascadeStage(Stage):
         self.ordered = any(s.reinfer_every for s in self.secondaries)
         self._seen: dict[str, dict[tuple[str, int], _Seen]] = {}
         self.inferences = 0
+        self._wait: BackendWait | None = None
         """Inferences run so far (the benchmark compares batched crops with one call each)."""
 
     def start(self, ctx: StageContext) -> None:
+        self._wait = wait = BackendWait(ctx)
         for i, secondary in enumerate(self.secondaries):
-            engine = self._open_engine(i, ctx.index)
+            engine = wait.call(functools.partial(self._open_engine, i, ctx.index))
+            wait.started(engine)
             secondary.task.check_model(engine.inputs, engine.outputs)
             batchable = _takes_batches(engine, secondary.task.input_name)
             limit = secondary.max_batch or secondary.max_objects
@@ -140,7 +145,10 @@ class CascadeStage(Stage):
             return out
         task, engine = secondary.task, self.engines[index]
         for batch in task.batches(crops, self._limits[index]):
-            outputs = engine.infer({task.input_name: batch.feeds}, task.output_names)
+            assert self._wait is not None, "start() was not called"
+            feeds = {task.input_name: batch.feeds}
+            outputs = self._wait.call(lambda: engine.infer(feeds, task.output_names))  # noqa: B023 - called at once
+            self._wait.report_times(engine)
             self.inferences += 1
             decoded = task.decode(outputs, len(batch.indices))
             if len(decoded) != len(batch.indices):

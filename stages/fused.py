@@ -11,6 +11,7 @@ stage read as they do when the stages run apart.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ class _Members(Stage):
         for name, stage in self.members:
             # The members share the worker's index (an infer member picks its GPU by it) and the
             # stream info, which the worker loop fills in as STREAM messages arrive.
-            stage.start(StageContext(name, ctx.index, ctx.streams, ctx.emit))
+            stage.start(dataclasses.replace(ctx, stage=name))
 
     def _each(self, call: Callable[[Stage], Iterable[Frame]]) -> None:
         """`call` on every member in order, whatever it yields consumed; a failure names the member."""

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from framewire.engines.base import Engine
-from framewire.pipeline.errors import EngineError
+from framewire.pipeline.errors import ConfigError, EngineError
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.pipeline.wire.framepool import FramePool
+from framewire.stages.backend_wait import BackendWait
 from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,20 @@ class Infer(Stage):
         self.max_delay_ms = max_delay_ms
         self._batchable = False
         self._engine_batch: int | None = None
+        self._wait: BackendWait | None = None
 
     def start(self, ctx: StageContext) -> None:
-        self.engine = self._open_engine(ctx.index)
+        self._wait = BackendWait(ctx)
+        self.engine = self._wait.call(lambda: self._open_engine(ctx.index))
+        self._wait.started(self.engine)
         # The model as loaded (after any dimension rewrite) must fit the task; this also tells the
         # task which outputs it needs, so the others never leave this process.
-        self.task.check_model(self.engine.inputs, self.engine.outputs)
+        try:
+            self.task.check_model(self.engine.inputs, self.engine.outputs)
+        except ConfigError as exc:  # name the server's model: the file beside the config is not what runs
+            if not self.engine.served:
+                raise
+            raise ConfigError(f"{self.engine.provider}: {exc}") from None
         log.info("infer[%d]: %s on %s", ctx.index, self.engine.backend, self.engine.provider)
         self._batchable, self._engine_batch = _batch_support(self.engine, self.task.input_name)
         if self.max_batch > 1 and not self._batchable:
@@ -57,9 +66,16 @@ class Infer(Stage):
             )
 
     def process(self, frame: Frame) -> Iterable[Frame]:
-        assert self.engine is not None, "start() was not called"
-        frame.tensors = self.engine.infer(self.task.feeds(frame), self.task.output_names)
+        frame.tensors = self._run(self.task.feeds(frame))
         yield frame
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One inference; while a server backend does not answer, the same one again (BackendWait)."""
+        engine, wait = self.engine, self._wait
+        assert engine is not None and wait is not None, "start() was not called"
+        outputs = wait.call(lambda: engine.infer(feeds, self.task.output_names))
+        wait.report_times(engine)
+        return outputs
 
     def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
         """Run several frames with as few inferences as possible; returns them in the order given.
@@ -94,7 +110,7 @@ class Infer(Stage):
         stacked = np.concatenate(inputs, axis=0)
         feeds = [self.task.feeds(frame) for frame in frames]
         batch = {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0] if name != self.task.input_name}
-        outputs = self.engine.infer({self.task.input_name: stacked, **batch}, self.task.output_names)
+        outputs = self._run({self.task.input_name: stacked, **batch})
         count = len(frames)
         for name, value in outputs.items():
             if value.ndim == 0 or value.shape[0] != count:

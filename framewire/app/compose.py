@@ -185,7 +185,8 @@ def _secondary_engine(config: Config, secondary: int, index: int = 0) -> Engine:
     item = config.secondary[secondary]
     task = build_secondaries(config)[secondary].task
     axes = with_batch_axis(task.dynamic_axes(), task.input_name)
-    return open_engine(config.engine, item.path, axes, OpenOptions(device=device_of(config.engine, index)))
+    options = OpenOptions(device=device_of(config.engine, index), secondary=item.name)
+    return open_engine(config.engine, item.path, axes, options)
 
 
 def _cascade(config: Config) -> CascadeStage:
@@ -323,7 +324,7 @@ def build_plan(
     if check_inputs_outputs:
         check_io(config)
     if check_engine:
-        preflight(config.engine)  # no TensorRT / no GPU: one line now, not from every infer worker
+        preflight(config.engine, config.model.path)  # no TensorRT / no GPU: one line now, not from every infer worker
     middle: list[tuple[str, int, Any]] = [
         *((step.stage, step.workers, functools.partial(_step, config, i)) for i, step in enumerate(config.steps)),
         (PREPROCESS, config.stages.preprocess.workers, functools.partial(_preprocess, config)),

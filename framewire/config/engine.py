@@ -35,6 +35,7 @@ class Backend(str, Enum):
     AUTO = "auto"
     ONNXRUNTIME = "onnxruntime"
     TENSORRT = "tensorrt"
+    TRITON = "triton"
 
 
 class CalibrationConfig(_Model):
@@ -45,6 +46,78 @@ class CalibrationConfig(_Model):
     )
     frames: int = Field(default=256, ge=1, description="Frames of the video used for calibration.")
     batch: int = Field(default=8, ge=1, le=256, description="Frames per calibration batch.")
+
+
+class TritonConfig(_Model):
+    """`backend: triton`: the Triton Inference Server that runs the model, over gRPC (KServe v2)."""
+
+    url: str = Field(default="localhost:8001", description="Triton's gRPC address, host:port (no scheme).")
+    model: str | None = Field(
+        default=None, description="The model's name on the server; default: model.path's file name without .onnx."
+    )
+    version: str = Field(default="", description="The model version; empty: the server's version policy.")
+    secondary: dict[str, str] = Field(
+        default_factory=dict,
+        description="Names on the server of the secondary models, by secondary[].name; default: each "
+        "model file's name without .onnx.",
+    )
+    ssl: bool = Field(default=False, description="TLS to the server (grpcs).")
+    root_certificates: str | None = Field(
+        default=None, description="TLS: PEM file of the CAs the server's certificate is checked against."
+    )
+    private_key: str | None = Field(default=None, description="TLS client certificate: its PEM private key file.")
+    certificate_chain: str | None = Field(
+        default=None, description="TLS client certificate: its PEM certificate chain file."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="gRPC headers sent with every call, e.g. `authorization: Bearer ${TRITON_TOKEN}`, or "
+        "pytriton's `triton-grpc-protocol-triton-access-token` (its shared-memory and statistics "
+        "endpoints need it). Use ${VAR} for secrets.",
+    )
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A request not answered within this is taken as an outage: the batch is tried again.",
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="How long the start-up check waits for the server and the model."
+    )
+    in_flight: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Requests in flight per infer worker: a batch is split into this many requests sent "
+        "at once, so that Triton can spread them over its model instances.",
+    )
+    shared_memory: Literal["none", "system", "cuda"] = Field(
+        default="none",
+        description="Tensors through shared memory instead of the socket: system (client and server on "
+        "one host; regions registered once per worker and reused) or cuda (GPU memory of "
+        "engine.devices; needs cuda-python; not run here).",
+    )
+    retry_max_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="While the server does not answer, the longest wait between tries (backoff from 0.1 s).",
+    )
+    stats_interval_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="How often a worker reads the model's statistics (Triton's queue and compute times, "
+        "in /metrics); 0: never. pytriton protects that endpoint: it needs the access-token header.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if "://" in value or not sep or not host or not port.isdigit():
+            raise ValueError(f"must be host:port without a scheme, e.g. localhost:8001 (got {value!r})")
+        return value
 
 
 class EngineConfig(_Model):
@@ -118,6 +191,10 @@ class EngineConfig(_Model):
         description="ONNX Runtime CUDA provider: how cuDNN picks convolution algorithms; None = "
         "exhaustive with one process per GPU, heuristic with more (exhaustive search allocates "
         "large workspaces that several processes on one GPU would fight over).",
+    )
+
+    triton: TritonConfig = Field(
+        default_factory=TritonConfig, description="The Triton server (backend triton)."
     )
 
     @field_validator("backend")

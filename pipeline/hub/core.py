@@ -171,6 +171,8 @@ class Hub:
             raise JobFailed(str(header.get("error", f"{peer.spec.title} failed")), int(header.get("exit", 1)))
         elif kind == msg.CLOSED:
             self.on_closed(peer, str(header.get("source")))
+        elif kind == msg.STATUS:
+            self.on_status(peer, header)
         elif kind == msg.EVENT and peer.stage in self.router.outputs:
             self.on_event(peer, header.get("event"))
         elif kind == msg.STATS and peer.stage in self.router.outputs:
@@ -233,6 +235,18 @@ class Hub:
         record = self.inputs.sources.get(source)
         if record is not None and peer.stage in self.router.outputs:
             record.closed.add(peer.stage)
+
+    def on_status(self, peer: LocalPeer, header: dict[str, Any]) -> None:
+        """A worker's backend stopped or started answering (readiness, metrics; a worker that waits
+        for it is not hung), or sent the backend's own counters."""
+        if "available" in header:
+            down = None if header["available"] else str(header.get("reason") or "backend unavailable")
+            if down is None or peer.backend_down is None:  # up (again, or at start), or newly down
+                self.observer.on_backend(peer.stage, peer.index, down is None)
+            peer.backend_down = down
+        times = header.get("times")
+        if isinstance(times, dict):
+            self.observer.on_backend_times(peer.stage, str(header.get("model", "")), times)
 
     def on_event(self, peer: LocalPeer, event: Any) -> None:
         """An output's announcement: logged, counted, and passed to every output (hub.events)."""

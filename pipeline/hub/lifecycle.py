@@ -109,7 +109,7 @@ class Lifecycle:
         if limit is None:
             return killed
         for worker in self.processes.values():
-            if not isinstance(worker, LocalPeer) or worker.stalled or not worker.inflight:
+            if not isinstance(worker, LocalPeer) or worker.stalled or not worker.inflight or worker.backend_down:
                 continue
             key, sent = min(worker.inflight.items(), key=lambda item: item[1])
             if now - sent <= limit:

@@ -40,6 +40,12 @@ class HubObserver(Protocol):
     def on_provider(self, stage: str, index: int, provider: str) -> None:
         """The execution provider a worker says it runs on."""
 
+    def on_backend(self, stage: str, index: int, available: bool) -> None:
+        """Worker `index` of `stage` found its backend (an inference server) gone, or back."""
+
+    def on_backend_times(self, stage: str, model: str, times: Mapping[str, Any]) -> None:
+        """The backend's own totals for `model` (Triton's requests, queue and compute seconds)."""
+
     def on_segment(self, source: str, output: str, size: int, deleted: int) -> None:
         """An output closed a video segment of `size` bytes; retention deleted `deleted` older files."""
 

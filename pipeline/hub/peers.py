@@ -39,6 +39,8 @@ class LocalPeer:
         """The frames it holds, with when each was sent (monotonic)."""
         self.stalled: str | None = None
         """Why the hub killed it as hung, for its death's message."""
+        self.backend_down: str | None = None
+        """Why its backend does not answer (its STATUS), while it waits for it; None: it answers."""
 
     @property
     def available(self) -> bool:

@@ -61,6 +61,10 @@ class Health:
         waiting = [n for n in self.roster.by_stage if not granting and not self.roster.has_ready(n)]
         if waiting:
             return f"waiting for a worker of {', '.join(waiting)}"
+        for name, peers in self.roster.by_stage.items():  # e.g. no Triton answers any infer worker
+            up = [p for p in peers if not p.finished]
+            if up and all(p.backend_down for p in up):
+                return f"{name}: {up[0].backend_down}"
         return None if granting else "starting"
 
 

@@ -52,6 +52,11 @@ FAMILIES = (
     ("framewire_source_up", "gauge", "1 while a source is being read."),
     ("framewire_bad_messages_total", "counter", "Messages dropped because they broke the wire format."),
     ("framewire_provider_info", "gauge", "The execution provider an infer worker uses."),
+    ("framewire_backend_up", "gauge", "1 while an infer worker's backend (a Triton server) answers, 0 while it waits for it."),
+    ("framewire_backend_outages_total", "counter", "Times an infer worker found its backend not answering."),
+    ("framewire_backend_requests_total", "counter", "Requests the backend server finished for the model (all its clients)."),
+    ("framewire_backend_queue_seconds_total", "counter", "Seconds those requests waited in the server's queue."),
+    ("framewire_backend_compute_seconds_total", "counter", "Seconds the server computed those requests (input, infer, output)."),
     ("framewire_segments_total", "counter", "Video segments closed, per source and output."),
     ("framewire_segment_bytes_total", "counter", "Bytes of the video segments closed, per source and output."),
     ("framewire_segments_deleted_total", "counter", "Old video segments deleted by retention, per source and output."),
@@ -104,6 +109,18 @@ class Telemetry:
 
     def on_provider(self, stage: str, index: int, provider: str) -> None:
         self.metrics.set("framewire_provider_info", 1, stage=stage, index=index, provider=provider)
+
+    def on_backend(self, stage: str, index: int, available: bool) -> None:
+        self.metrics.set("framewire_backend_up", 1.0 if available else 0.0, stage=stage, index=index)
+        if not available:
+            self.metrics.inc("framewire_backend_outages_total", stage=stage)
+
+    def on_backend_times(self, stage: str, model: str, times: Mapping[str, Any]) -> None:
+        # The server's own totals, as last read: Prometheus takes a restarted server's reset as such.
+        for key, name in (("requests", "requests"), ("queue_s", "queue_seconds"), ("compute_s", "compute_seconds")):
+            value = times.get(key)
+            if isinstance(value, int | float):
+                self.metrics.set(f"framewire_backend_{name}_total", float(value), stage=stage, model=model)
 
     def on_segment(self, source: str, output: str, size: int, deleted: int) -> None:
         self.metrics.inc("framewire_segments_total", source=source, output=output)

@@ -27,6 +27,7 @@ FRAME = "frame"  # a source wrote a frame into a slot
 EOS = "eos"  # a source ended: {frames, error?}
 CLOSED = "closed"  # an output closed its files for a source
 STATS = "stats"  # counters from a worker: {dropped: n, ...}
+STATUS = "status"  # a worker's backend answers or not, and the backend's own counters: {available, reason?, times?}
 EVENT = "event"  # an output's announcement (a closed video segment): {event}; the hub passes it to every output
 # Messages the hub sends a worker.
 WORK = "work"  # process this frame
@@ -35,7 +36,7 @@ GRANT = "grant"  # a source may fill these slots: {slots}
 STOP = "stop"  # stop: a source stops reading; other workers finish and exit
 
 TYPES = frozenset(
-    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP}
+    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP, STATUS}
 )
 
 DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"})

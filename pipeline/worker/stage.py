@@ -39,7 +39,13 @@ def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a stage worker process."""
     setup_process(spec)
     conn = HubConnection.open(spec)
-    context = StageContext(spec.stage, spec.index, emit=lambda event: conn.send({"type": msg.EVENT, "event": event}))
+    context = StageContext(
+        spec.stage,
+        spec.index,
+        emit=lambda event: conn.send({"type": msg.EVENT, "event": event}),
+        status=lambda status: conn.send({**status, "type": msg.STATUS}),
+        gone=SupervisorWatch(spec.supervisor_pid).gone,  # a stage waiting for its backend asks it
+    )
     try:
         stage: Stage = spec.factory()
         stage.start(context)

@@ -122,12 +122,33 @@ def chromium() -> Path:
     return Path("/usr/lib/chromium/chromium")
 
 
+TRITON_PACKAGES = ["nvidia-pytriton==0.7.0", "tritonclient[grpc]==2.73.0", "numpy<2", "onnxruntime"]
+"""The test Triton's own venv: pytriton ships tritonserver 2.51 with its Python backend; with numpy 2
+that server returns empty output arrays (docs/guides/triton.md)."""
+
+
+def triton_venv() -> Path:
+    """A venv of its own with pytriton (tritonserver and its Python backend) and ONNX Runtime: the
+    Python that runs tests/support/triton_server.py."""
+    with _locked("triton-venv") as folder:
+        python = folder / "bin" / "python"
+        stamp = folder / ".installed"
+        if stamp.exists() and stamp.read_text() == " ".join(TRITON_PACKAGES) and python.exists():
+            return python
+        shutil.rmtree(folder, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", "--without-pip", str(folder)])
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", *TRITON_PACKAGES], timeout=1800)
+        stamp.write_text(" ".join(TRITON_PACKAGES))
+        return python
+
+
 # Each component by name, for `python -m tests.support.components [NAME ...]` (make test: all of them).
 SETUP: dict[str, Callable[[], object]] = {
     "mosquitto": mosquitto,
     "chromium": chromium,
     "redis": redis,
     "tansu": tansu,
+    "triton-venv": triton_venv,
 }
 
 
