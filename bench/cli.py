@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cascade": ("bench.cascade", "a cascade's crops batched against one call each; tracking.interval against none"),
     "models": ("bench.models", "each real model against its own package's pipeline; tracking ids against the reference"),
     "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),
+    "budget": ("bench.budget", "framewire's cost against the work alone (decode, model, encode); --profile: per process"),
 }
 
 
