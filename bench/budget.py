@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -366,10 +367,12 @@ def live_profile(
     stats = live_stats(job, ran)
     window = ran.get("window_by_pid") or {}
     frames = round(stats["fps_median"] * args.streams * ran["window_s"]) if stats["fps_median"] else 0
-    summary = pyspy.summarise(pyspy.parse_raw(ran.get("raw_profile") or ""), window,
-                              frames=frames, wall_s=ran["window_s"])  # fmt: skip
+    where: Counter[tuple[str, str]] = Counter()
+    samples = pyspy.parse_raw(ran.get("raw_profile") or "", where)
+    summary = pyspy.summarise(samples, window, frames=frames, wall_s=ran["window_s"])
     return {"run": {k: v for k, v in stats.items() if k != "per_stream"}, "frames_in_window": frames,
-            "rate_hz": args.profile_rate, "native": True, **summary}  # fmt: skip
+            "rate_hz": args.profile_rate, "native": True, **summary,
+            "where": pyspy.where_summary(where)}  # fmt: skip
 
 
 def file_profile(job: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -378,17 +381,22 @@ def file_profile(job: Any, args: argparse.Namespace, folder: Path) -> dict[str, 
 
     _wait(args)
     recorder = pyspy.Recorder(os.getpid(), folder / "profile.raw", seconds=3600, rate=args.profile_rate)
-    sampler = _Sampler(exclude=frozenset({recorder.process.pid}), interval_s=0.1)
+    # Names and totals only, so once a second: a sampler walks /proc, which costs on a busy machine.
+    sampler = _Sampler(exclude=frozenset({recorder.process.pid}), interval_s=1.0)
+    before = _cpu_by_pid(sampler)  # this process's CPU so far (earlier runs) is not this run's
     sampler.start()
     try:
         stats = run_daemon(redirect_outputs(job, folder / "fw-profiled"))
     finally:
         raw = recorder.stop()
         sampler.stop()
-    processes = {pid: (s.name, s.cpu_s) for pid, s in sampler.processes.items()}
-    summary = pyspy.summarise(pyspy.parse_raw(raw), processes, frames=stats["frames"], wall_s=stats["wall_s"])
+    processes = {pid: (s.name, s.cpu_s - before.get(pid, 0.0)) for pid, s in sampler.processes.items()}
+    where: Counter[tuple[str, str]] = Counter()
+    samples = pyspy.parse_raw(raw, where)
+    summary = pyspy.summarise(samples, processes, frames=stats["frames"], wall_s=stats["wall_s"])
     run = {k: stats[k] for k in ("frames", "wall_s", "fps", "cpu_s", "exit_code")}
-    return {"run": run, "rate_hz": args.profile_rate, "native": True, **summary}
+    return {"run": run, "rate_hz": args.profile_rate, "native": True, **summary,
+            "where": pyspy.where_summary(where)}  # fmt: skip
 
 
 # --- the table -----------------------------------------------------------------------------------

@@ -94,15 +94,20 @@ def idle(stack: list[str]) -> bool:
 
 def classify(stack: list[str]) -> str:
     """The bucket of one sample: its frames, root first, each `function (file:line)` or `fn (lib)`."""
+    return located(stack)[0]
+
+
+def located(stack: list[str]) -> tuple[str, str]:
+    """The bucket of one sample and the frame that decided it (for the summary's `where`)."""
     if not stack:
-        return "python/other"
+        return "python/other", ""
     if idle(stack):
-        return IDLE
+        return IDLE, stack[-1]
     joined = ";".join(stack)
     if "<frozen importlib" in joined:
-        return STARTUP
+        return STARTUP, ""
     if "bench/harness.py" in joined:
-        return SAMPLER
+        return SAMPLER, ""
     copy = bool(_COPY_LEAVES.match(stack[-1]))
     opencv = False  # OpenCV's symbols are stripped: the Python frame that called it tells what it did
     for frame in reversed(stack):
@@ -112,21 +117,22 @@ def classify(stack: list[str]) -> str:
         bucket = next((b for pattern, b in _RULES if pattern.search(frame)), None)
         if bucket is not None:
             if opencv and bucket != "image ops":
-                return "colour/scale" if bucket in _PYTHON_OWNERS else bucket
+                return ("colour/scale" if bucket in _PYTHON_OWNERS else bucket), frame
             if copy and bucket in _PYTHON_OWNERS:
-                return "copies"
-            return bucket
+                return "copies", frame
+            return bucket, frame
         if copy and _COPY_OWNERS.search(frame):
-            return "copies"
-    return "image ops" if opencv else "python/other"
+            return "copies", frame
+    return ("image ops" if opencv else "python/other"), stack[-1]
 
 
 _PROCESS = re.compile(r'^process (\d+):"')
 
 
-def parse_raw(text: str) -> dict[int, Counter[str]]:
+def parse_raw(text: str, where: Counter[tuple[str, str]] | None = None) -> dict[int, Counter[str]]:
     """py-spy's raw output (`frame;frame;... count` per line, `process PID:"cmd"` frames first with
-    --subprocesses) as samples per bucket of each process (its innermost `process` frame)."""
+    --subprocesses) as samples per bucket of each process (its innermost `process` frame). With
+    `where`, the busy samples are also counted there by (bucket, the frame that decided it)."""
     out: dict[int, Counter[str]] = {}
     for line in text.splitlines():
         stack_text, _, count = line.rpartition(" ")
@@ -137,7 +143,23 @@ def parse_raw(text: str) -> dict[int, Counter[str]]:
         while frames and (found := _PROCESS.match(frames[0])):
             pid = int(found.group(1))
             frames = frames[1:]
-        out.setdefault(pid, Counter())[classify(frames)] += int(count)
+        bucket, frame = located(frames)
+        out.setdefault(pid, Counter())[bucket] += int(count)
+        if where is not None and bucket != IDLE:
+            where[(bucket, re.sub(r"0x[0-9a-f]+ ", "", frame))] += int(count)
+    return out
+
+
+def where_summary(where: Counter[tuple[str, str]], n: int = 3) -> dict[str, list[list[Any]]]:
+    """Per bucket, the `n` frames that decided most of its samples, with their share of it."""
+    totals: Counter[str] = Counter()
+    for (bucket, _), count in where.items():
+        totals[bucket] += count
+    out: dict[str, list[list[Any]]] = {}
+    for (bucket, frame), count in where.most_common():
+        rows = out.setdefault(bucket, [])
+        if len(rows) < n:
+            rows.append([frame, round(count / totals[bucket], 3)])
     return out
 
 

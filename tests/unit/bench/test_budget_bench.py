@@ -214,3 +214,12 @@ def test_bench_budget_runs_the_file_job_and_the_work_alone(
     assert share["wall_ratio"] > share["after_startup_ratio"] > 0
     table = capsys.readouterr().out
     assert "framewire wall / limit" in table and "work: model ms / frame" in table
+
+
+def test_the_summary_says_which_frames_each_bucket_s_time_was_spent_in() -> None:
+    where: Counter[tuple[str, str]] = Counter()
+    pyspy.parse_raw(RAW, where)
+    found = pyspy.where_summary(where)
+    assert found["model"] == [["MlasSgemm (libonnxruntime.so)", 1.0]]
+    assert found["hub"] == [["route (framewire/pipeline/hub/routing.py:50)", 1.0]]
+    assert "idle" not in found
