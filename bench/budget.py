@@ -306,6 +306,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             one["share"] = limit.live_share(
                 streams=args.streams, cpu_s=fw["cpu_s"], wall_s=fw["window_s"],
                 work_ms_per_frame=one["work"]["work_ms_per_frame"], fps=clip["fps"], cores=cores,
+                frames_out=fw["frames_in_window"],
             )  # fmt: skip
             one["exit_code"] = fw["exit_code"]
             runs.append(one)
@@ -341,6 +342,7 @@ def live_stats(job: Any, ran: Mapping[str, Any]) -> dict[str, Any]:
         "frames_output": sum(report.frames.values()),
         "dropped_policy": sum(report.dropped.values()),
         "dropped_stale": sum(report.stale.values()),
+        "frames_in_window": round(sum(fps) * ran["window_s"]),  # from each stream's kept rate
         "cpu_s": ran["cpu_s"],
         "window_s": ran["window_s"],
         "cores_used": ran["cpu_s"] / ran["window_s"] if ran["window_s"] else None,
@@ -366,7 +368,7 @@ def live_profile(
     ran = run_live(job, args.seconds, exclude, record=record)
     stats = live_stats(job, ran)
     window = ran.get("window_by_pid") or {}
-    frames = round(stats["fps_median"] * args.streams * ran["window_s"]) if stats["fps_median"] else 0
+    frames = stats["frames_in_window"]
     where: Counter[tuple[str, str]] = Counter()
     samples = pyspy.parse_raw(ran.get("raw_profile") or "", where)
     summary = pyspy.summarise(samples, window, frames=frames, wall_s=ran["window_s"])
@@ -429,6 +431,9 @@ def format_table(result: Mapping[str, Any]) -> str:
             ["framewire / work (cores a stream)", share.get("cpu_ratio")],
             [f"stream limit (work alone, {result['cores']} cores)", share.get("stream_limit")],
             ["stream limit at framewire's cost", share.get("framewire_stream_limit")],
+            ["framewire CPU ms / frame out", share.get("framewire_ms_per_frame_out")],
+            ["framewire / work (CPU a frame)", share.get("frame_ratio")],
+            ["stream limit at framewire's cost a frame", share.get("framewire_stream_limit_per_frame")],
         ]
         head = f"bench budget (live): {result['streams']} stream(s) of {Path(result['clip']['path']).name}"
     text = f"{head}, {len(result['runs'])} run(s), medians\n" + harness.table(["", "value"], rows)

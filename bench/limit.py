@@ -76,16 +76,28 @@ def file_share(
 
 
 def live_share(
-    *, streams: int, cpu_s: float, wall_s: float, work_ms_per_frame: float, fps: float, cores: int
+    *, streams: int, cpu_s: float, wall_s: float, work_ms_per_frame: float, fps: float, cores: int,
+    frames_out: int | None = None,
 ) -> dict[str, float | None]:
     """framewire's live job against the work alone: cores a stream takes, and streams the cores hold.
 
     `work_cores_per_stream` = work a frame x the stream's rate; `stream_limit` = cores over it (what
     the machine could carry with nothing but the work); `framewire_stream_limit` the same with
-    framewire's measured cores a stream; `cpu_ratio` framewire's cores a stream over the work's."""
+    framewire's measured cores a stream; `cpu_ratio` framewire's cores a stream over the work's.
+    These hold when every stream is kept at its rate. On a machine too busy to keep them, frames are
+    dropped and a stream costs less: `frames_out` (frames put out in the window) gives framewire's
+    CPU ms a frame out, `frame_ratio` that over the work's, and `framewire_stream_limit_per_frame`
+    the streams the cores would carry at that cost a frame, every frame kept."""
     work_per_stream = work_ms_per_frame * fps / 1000.0
     fw_per_stream = cpu_s / wall_s / streams if wall_s > 0 and streams > 0 else None
+    fw_ms = cpu_s / frames_out * 1000.0 if frames_out else None
+    per_frame = {
+        "framewire_ms_per_frame_out": fw_ms,
+        "frame_ratio": fw_ms / work_ms_per_frame if fw_ms and work_ms_per_frame > 0 else None,
+        "framewire_stream_limit_per_frame": cores / (fw_ms * fps / 1000.0) if fw_ms and fps > 0 else None,
+    }
     return {
+        **per_frame,
         "streams": streams,
         "fps": fps,
         "work_ms_per_frame": work_ms_per_frame,

@@ -43,6 +43,13 @@ def test_live_share_gives_cores_a_stream_and_the_streams_the_cores_hold() -> Non
     assert share["framewire_cores_per_stream"] == pytest.approx(49.6 / 25.0 / 16)
     assert share["cpu_ratio"] == pytest.approx(0.124 / 0.08375)
     assert share["framewire_stream_limit"] == pytest.approx(2 / 0.124)
+    assert share["framewire_ms_per_frame_out"] is None  # not told how many frames came out
+    # A machine too busy to keep 16 streams: 6000 frames out in 25 s, not 10000; 8.27 ms a frame.
+    busy = limit.live_share(streams=16, cpu_s=49.6, wall_s=25.0, work_ms_per_frame=3.35, fps=25, cores=2,
+                            frames_out=6000)  # fmt: skip
+    assert busy["framewire_ms_per_frame_out"] == pytest.approx(49.6 / 6000 * 1000)
+    assert busy["frame_ratio"] == pytest.approx(49.6 / 6000 * 1000 / 3.35)
+    assert busy["framewire_stream_limit_per_frame"] == pytest.approx(2 / (49.6 / 6000 * 25))
 
 
 def test_work_counts_encode_only_when_the_job_writes_a_video() -> None:
