@@ -73,6 +73,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"framewire/|stages/|engines/|pipeline/", "framewire other"),
     )
 )
+_ENCODING = re.compile(r"libx264|avcodec_send_frame|CodecContext_encode|_send_frame_and_recv|video_writer\.py")
 _OPENCV = re.compile(r"libopencv|cv2\.abi3|cv2/|cv::")
 _PYTHON_OWNERS = ("framewire other", "pre/postprocess", "hub", "serialisation")
 _COPY_LEAVES = re.compile(r"^(__memmove\w*|__memcpy\w*|memmove|memcpy|__nss_database_lookup)")
@@ -115,6 +116,8 @@ def located(stack: list[str]) -> tuple[str, str]:
             opencv = True
             continue
         bucket = next((b for pattern, b in _RULES if pattern.search(frame)), None)
+        if bucket == "decode" and _ENCODING.search(joined):
+            bucket = "encode"  # FFmpeg's shared code, called by the encoder
         if bucket is not None:
             if opencv and bucket != "image ops":
                 return ("colour/scale" if bucket in _PYTHON_OWNERS else bucket), frame

@@ -136,6 +136,8 @@ INFER = ["worker_main (framewire/pipeline/worker/stage.py:60)", "_work (framewir
         (["read (framewire/media/video_reader.py:200)", "VideoStream_decode (stream.c:4666)",
           "CodecContext_decode (context.c:11464)", "0x7f (libavcodec-5e6b81c2.so.62)"], "decode"),
         (["write (framewire/media/video_writer.py:181)", "0x7f26ca598c5a (libx264-d6533a8d.so.165)"], "encode"),
+        (["write (framewire/media/video_writer.py:181)", "CodecContext_encode (context.c:900)",
+          "0x7f (libavcodec-5e6b81c2.so.62)"], "encode"),
         (["write (framewire/media/video_writer.py:170)", "VideoFrame_from_ndarray (frame.c:100)",
           "sws_scale (libswscale.so.8)"], "colour/scale"),
         ([*INFER, "fill (framewire/stages/tasks/image.py:40)", "0x7f26bc98116e (cv2/cv2.abi3.so)"], "colour/scale"),
