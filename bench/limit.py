@@ -143,7 +143,7 @@ class _Model:
     every: int
     task: Any = None
     engine: Any = None
-    inputs: dict[tuple[int, int], Any] = field(default_factory=dict)
+    inputs: dict[tuple[int, int], Any] = field(default_factory=dict)  # frame size -> the model's input
 
     def __post_init__(self) -> None:
         from framewire.components import open_engine, task_from_config
@@ -237,7 +237,7 @@ def work_alone(
         "frames": n,
         "size": list(size),
         "model_frames": timer.count["model"],
-        "model_input": [list(k) for k in model.inputs],
+        "model_input": [list(v.shape) for v in model.inputs.values()],
         "encode": {"codec": "libx264", "preset": video.preset, "crf": video.crf} if video else None,
         "ms_per_frame": pieces,
         "cpu_s": dict(timer.cpu_s),
