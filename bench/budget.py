@@ -38,25 +38,29 @@ from bench import harness, limit, pyspy
 
 DEFAULT_CLIP = harness.ROOT / "assets" / "videos" / "bikes.mp4"
 FIRST_FRAME_TIMEOUT_S = 180.0
+FILE_KEYS = (
+    "frames", "wall_s", "fps", "steady_fps", "startup_s", "cpu_s", "cpu_s_by_process", "exit_code", "error",
+)  # fmt: skip
 
 
 def add_arguments(
     parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
 ) -> None:
     add_config_args(parser)
-    parser.add_argument("--streams", type=int, default=0, help="live: this many RTSP sources (0: the file job)")
-    parser.add_argument("--seconds", type=float, default=30.0, help="live: each run, from its first frame out")
-    parser.add_argument("--clip", default=str(DEFAULT_CLIP), help="live: the video the RTSP server loops")
-    parser.add_argument("--staleness-ms", type=float, default=500.0, help="live: each source's max_staleness_ms")
-    parser.add_argument("--min-frames", type=int, default=700, help="file: loop the clip to at least this many")
-    parser.add_argument("--frames", type=int, default=None, help="file: stop after this many frames (a smoke run)")
-    parser.add_argument("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
-    parser.add_argument("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
-    parser.add_argument("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
-    parser.add_argument("--max-load", type=float, default=None, help="wait (45 s at most) for a load below this")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
-    parser.add_argument("--keep", metavar="DIR", help="keep the output files in DIR (else a temp folder)")
+    arg = parser.add_argument
+    arg("--streams", type=int, default=0, help="live: this many RTSP sources (0: the file job)")
+    arg("--seconds", type=float, default=30.0, help="live: each run, from its first frame out")
+    arg("--clip", default=str(DEFAULT_CLIP), help="live: the video the RTSP server loops")
+    arg("--staleness-ms", type=float, default=500.0, help="live: each source's max_staleness_ms")
+    arg("--min-frames", type=int, default=700, help="file: loop the clip to at least this many")
+    arg("--frames", type=int, default=None, help="file: stop after this many frames (a smoke run)")
+    arg("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
+    arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
+    arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
+    arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
+    arg("--max-load", type=float, default=None, help="wait (45 s at most) for a load below this")
+    arg("--json", metavar="PATH", help="write the results as JSON here")
+    arg("--keep", metavar="DIR", help="keep the output files in DIR (else a temp folder)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +106,8 @@ def looped_clip(path: str, min_frames: int, folder: Path) -> tuple[str, int]:
             return path, n
         target = folder / f"looped-{Path(path).stem}.mp4"
         times = -(-min_frames // n)
-        span = max(p.pts for p in packets if p.pts is not None) + (packets[1].pts or 0) - (packets[0].pts or 0)
+        step = (packets[1].pts or 0) - (packets[0].pts or 0) if n > 1 else 1
+        span = max(p.pts for p in packets if p.pts is not None) + step
         with av.open(str(target), "w") as out:
             video = out.add_stream_from_template(stream)
             for i in range(times):
@@ -134,8 +139,7 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
             load = _wait(args)
             if side == "framewire":
                 stats = run_daemon(redirect_outputs(job, folder / f"fw-{index}"))
-                one["framewire"] = {k: stats[k] for k in ("frames", "wall_s", "fps", "steady_fps", "startup_s",
-                                                         "cpu_s", "cpu_s_by_process", "exit_code", "error")}  # fmt: skip
+                one["framewire"] = {k: stats[k] for k in FILE_KEYS}
             else:
                 one["work"] = limit.work_alone(job, uri, frames=args.frames)
             one[side]["load_before"] = load
@@ -439,6 +443,7 @@ def format_table(result: Mapping[str, Any]) -> str:
     text = f"{head}, {len(result['runs'])} run(s), medians\n" + harness.table(["", "value"], rows)
     if "profile" in result:
         header, *body = pyspy.table(result["profile"])
-        text += "\n\nCPU ms a frame per process and bucket (profiled run, py-spy)\n" + harness.table(header, body)
+        text += "\n\nCPU ms a frame per process and bucket (profiled run, py-spy)\n"
+        text += harness.table(header, body)
         text += "\nframewire's own, biggest first: " + ", ".join(result["profile"]["own_top"])
     return text

@@ -71,7 +71,7 @@ def file_share(
         "wall_s": wall_s,
         "wall_ratio": (wall_s / limit_s) if limit_s else None,
         "startup_s": startup_s,
-        "after_startup_ratio": ((wall_s - startup_s) / limit_s) if limit_s and startup_s is not None else None,
+        "after_startup_ratio": (wall_s - startup_s) / limit_s if limit_s and startup_s is not None else None,
     }
 
 

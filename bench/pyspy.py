@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,8 @@ VERSION = "0.4.2"
 # Leaf functions that wait: a sample there is a thread asleep, not a CPU busy.
 _IDLE_LEAVES = re.compile(
     r"^(epoll_wait|epoll_pwait|__poll|poll|ppoll|select|pselect6?|__select|clock_nanosleep|nanosleep|"
-    r"__nanosleep|futex_wait|PyThread_acquire_lock_timed|lock_PyThread_acquire_lock|take_gil|x264_\w*threadpool_wait|__futex_abstimed_wait\w*|futex_abstimed_wait\w*|do_futex_wait\w*|"
+    r"__nanosleep|futex_wait|PyThread_acquire_lock_timed|lock_PyThread_acquire_lock|take_gil|"
+    r"x264_\w*threadpool_wait|__futex_abstimed_wait\w*|futex_abstimed_wait\w*|do_futex_wait\w*|"
     r"__lll_lock_wait\w*|pthread_cond_\w*wait\w*|___pthread_cond_\w*wait|sem_\w*wait|__new_sem_wait\w*|"
     r"accept4?|__libc_accept|waitpid|__waitpid|wait4|__wait4|sigtimedwait|__sigtimedwait|pause|"
     r"time_sleep|recv|recvfrom|__libc_recv|read|__libc_read)\b"
@@ -73,7 +74,9 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"framewire/|stages/|engines/|pipeline/", "framewire other"),
     )
 )
-_ENCODING = re.compile(r"libx264|avcodec_send_frame|CodecContext_encode|_send_frame_and_recv|video_writer\.py")
+_ENCODING = re.compile(
+    r"libx264|avcodec_send_frame|CodecContext_encode|_send_frame_and_recv|video_writer\.py"
+)
 _OPENCV = re.compile(r"libopencv|cv2\.abi3|cv2/|cv::")
 _PYTHON_OWNERS = ("framewire other", "pre/postprocess", "hub", "serialisation")
 _COPY_LEAVES = re.compile(r"^(__memmove\w*|__memcpy\w*|memmove|memcpy|__nss_database_lookup)")
@@ -168,7 +171,9 @@ def where_summary(where: Counter[tuple[str, str]], n: int = 3) -> dict[str, list
 
 def _split(stack_text: str) -> list[str]:
     """Frames of a raw line: split on `;` outside the quotes of a `process` frame's command line."""
-    frames, current, quoted = [], [], False
+    frames: list[str] = []
+    current: list[str] = []
+    quoted = False
     for char in stack_text:
         if char == '"':
             quoted = not quoted
@@ -236,7 +241,8 @@ def top_own(cpu_by_bucket: Mapping[str, float], n: int = 3) -> list[str]:
 
 def table(summary: Mapping[str, Any]) -> list[list[Any]]:
     """Rows of the per-process table: process, cores, then CPU ms a frame per bucket."""
-    used = [b for b in BUCKETS if b != IDLE and any(b in p["ms_per_frame"] for p in summary["processes"].values())]
+    procs = summary["processes"].values()
+    used = [b for b in BUCKETS if b != IDLE and any(b in p["ms_per_frame"] for p in procs)]
     rows = []
     for name, proc in summary["processes"].items():
         rows.append([name, proc["cores"], *(proc["ms_per_frame"].get(b) for b in used)])
@@ -250,7 +256,8 @@ def table(summary: Mapping[str, Any]) -> list[list[Any]]:
 
 def pyspy_binary(install: bool = True) -> str:
     """The py-spy binary: on PATH, else the project's own venv for it (made here when `install`)."""
-    found = shutil.which("py-spy") or (str(VENV / "bin" / "py-spy") if (VENV / "bin" / "py-spy").exists() else None)
+    ours = VENV / "bin" / "py-spy"
+    found = shutil.which("py-spy") or (str(ours) if ours.exists() else None)
     if found:
         return found
     if not install:
@@ -290,9 +297,3 @@ class Recorder:
 def one_line(text: str | None) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
-
-
-def names_and_cpu(sampler_processes: Mapping[int, Any], exclude: Iterable[int] = ()) -> dict[int, tuple[str, float]]:
-    """pid -> (name, CPU seconds) from a `harness.ProcessSampler`'s samples, less `exclude`."""
-    skip = set(exclude)
-    return {pid: (s.name, s.cpu_s) for pid, s in sampler_processes.items() if pid not in skip}

@@ -31,7 +31,9 @@ def test_file_share_sets_framewire_against_the_work_and_the_cores() -> None:
     assert share["limit_wall_s"] == pytest.approx(0.5)  # 1 core-second over 2 cores
     assert share["wall_ratio"] == pytest.approx(1.2)
     assert share["after_startup_ratio"] is None
-    later = limit.file_share(frames=100, cpu_s=1.5, wall_s=0.6, work_ms_per_frame=10.0, cores=2, startup_s=0.2)
+    later = limit.file_share(
+        frames=100, cpu_s=1.5, wall_s=0.6, work_ms_per_frame=10.0, cores=2, startup_s=0.2
+    )
     assert later["after_startup_ratio"] == pytest.approx(0.8)  # 0.4 s from the first frame out
 
 
@@ -125,14 +127,17 @@ def test_stream_stats_see_dropped_frames_as_gaps_and_leave_out_the_start() -> No
 
 LIBC = "0x7f3695ea3f16 (libc.so.6)"
 HUB = ["run (framewire/pipeline/hub/core.py:99)", "turn (framewire/pipeline/hub/core.py:107)"]
-INFER = ["worker_main (framewire/pipeline/worker/stage.py:60)", "_work (framewire/pipeline/worker/stage.py:190)"]
+INFER = [
+    "worker_main (framewire/pipeline/worker/stage.py:60)",
+    "_work (framewire/pipeline/worker/stage.py:190)",
+]
 
 
 @pytest.mark.parametrize(
     ("stack", "bucket"),
     [
-        ([*INFER, "infer (framewire/engines/onnxruntime.py:80)", "0x7f (onnxruntime/capi/onnxruntime_pybind11_state.so)",
-          "MlasSgemm (libonnxruntime.so)"], "model"),
+        ([*INFER, "infer (framewire/engines/onnxruntime.py:80)",
+          "0x7f (onnxruntime/capi/onnxruntime_pybind11_state.so)", "MlasSgemm (libonnxruntime.so)"], "model"),
         (["read (framewire/media/video_reader.py:200)", "VideoStream_decode (stream.c:4666)",
           "CodecContext_decode (context.c:11464)", "0x7f (libavcodec-5e6b81c2.so.62)"], "decode"),
         (["write (framewire/media/video_writer.py:181)", "0x7f26ca598c5a (libx264-d6533a8d.so.165)"], "encode"),
@@ -152,8 +157,8 @@ INFER = ["worker_main (framewire/pipeline/worker/stage.py:60)", "_work (framewir
           "__memmove_avx_unaligned_erms (libc.so.6)"], "copies"),
         (["write (framewire/stages/outputs/jsonl.py:30)", "dumps (json/__init__.py:231)",
           "encoder_call (_json.c:1305)"], "json"),
-        ([*HUB, "lock_PyThread_acquire_lock (libpython3.11.so.1.0)", "PyThread_acquire_lock_timed (libpython3.11.so.1.0)",
-          LIBC, LIBC], "idle"),
+        ([*HUB, "lock_PyThread_acquire_lock (libpython3.11.so.1.0)",
+          "PyThread_acquire_lock_timed (libpython3.11.so.1.0)", LIBC, LIBC], "idle"),
         (["0x7f (libx264.so)", "x264_8_threadpool_wait (libx264.so)", "pthread_cond_wait (libc.so.6)", LIBC], "idle"),
         (["0x7f26c8ea1b50 (libzmq.so.5)", "epoll_wait (libc.so.6)"], "idle"),
         (["<module> (<string>:1)", "_find_and_load (<frozen importlib._bootstrap>:1173)",
