@@ -26,7 +26,7 @@ LOCK_FLAGS := --universal --python-version 3.10 --generate-hashes --quiet $(if $
 # the lock: PyPI has no CPU build of torch to lock (pinned by version here instead).
 VAD_REFERENCE := $(VENV)/.vad-reference
 
-.PHONY: run test validate doctor clean lock check-deploy docs
+.PHONY: run test validate doctor clean lock check-deploy docs pyspy
 
 $(VENV)/.pip:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,14 @@ doctor: $(VENV)/.installed-$(EXTRAS) $(VENV)/.editable
 # error, so a broken link or anchor, or a config field without a description, fails.
 docs: $(VENV)/.installed-$(EXTRAS)-test $(VENV)/.editable
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# py-spy for `bench budget --profile` (bench/pyspy.py), in a venv of its own: not one of framewire's
+# packages, and not in the locks. Sampling another process needs root or ptrace_scope 0.
+pyspy: $(VENV)/pyspy/bin/py-spy
+
+$(VENV)/pyspy/bin/py-spy:
+	$(PYTHON) -m venv $(VENV)/pyspy
+	$(VENV)/pyspy/bin/pip install -q py-spy==0.4.2
 
 # The test lock first; the runtime lock is constrained by it, so both hold the same versions.
 lock: | $(VENV)/.pip

@@ -116,12 +116,22 @@ class SupervisorWatch:
     a killed supervisor could not: tens of MB each, otherwise held until the next daemon starts.
     """
 
+    CHECK_S = 0.05
+    """How long a supervisor seen alive is not looked at again."""
+
     def __init__(self, supervisor_pid: int | None = None) -> None:
         self.pid = supervisor_pid or os.getppid()
         self.sweep = True
         """The gone supervisor's shared memory is still to be removed (once)."""
+        self._alive_until = 0.0
 
     def gone(self) -> bool:
+        # The decode loop asks once a frame; reading /proc each time was a third of its own Python
+        # time (bench budget's profile, docs/benchmarks.md). A supervisor seen alive is taken as
+        # alive for CHECK_S more: an orphan still leaves, at most that much later.
+        now = time.monotonic()
+        if now < self._alive_until:
+            return False
         # A killed supervisor stays a zombie until its own parent reaps it: that counts as gone.
         try:
             with open(f"/proc/{self.pid}/stat", "rb") as f:
@@ -129,6 +139,7 @@ class SupervisorWatch:
         except (FileNotFoundError, ProcessLookupError, IndexError):
             state = b"X"
         if state not in (b"Z", b"X"):
+            self._alive_until = now + self.CHECK_S
             return False
         if self.sweep:
             self.sweep = False

@@ -141,6 +141,19 @@ def triton_venv() -> Path:
         stamp.write_text(" ".join(TRITON_PACKAGES))
         return python
 
+def pyspy() -> Path:
+    """py-spy (bench budget --profile), in a venv of its own where bench/pyspy.py looks for it. It
+    samples other processes through ptrace: root, or kernel.yama.ptrace_scope 0."""
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    if os.geteuid() != 0 and scope.exists() and scope.read_text().strip() != "0":
+        raise ComponentMissing("py-spy: sampling another process needs root or kernel.yama.ptrace_scope=0")
+    binary = ROOT / ".venv" / "pyspy" / "bin" / "py-spy"
+    with _locked("pyspy"):
+        if not binary.exists():
+            _run([sys.executable, "-m", "venv", str(binary.parents[1])])
+            _run([str(binary.parent / "pip"), "install", "-q", "py-spy==0.4.2"])
+    return binary
+
 
 # Each component by name, for `python -m tests.support.components [NAME ...]` (make test: all of them).
 SETUP: dict[str, Callable[[], object]] = {
@@ -149,6 +162,7 @@ SETUP: dict[str, Callable[[], object]] = {
     "redis": redis,
     "tansu": tansu,
     "triton-venv": triton_venv,
+    "pyspy": pyspy,
 }
 
 

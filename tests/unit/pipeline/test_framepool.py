@@ -96,3 +96,26 @@ def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_ri
     finally:
         for segment in (pool, ring, elsewhere):
             segment.close()  # the owner's close tolerates a file already removed
+
+
+def test_a_supervisor_seen_alive_is_looked_at_again_after_a_moment_and_its_death_noticed() -> None:
+    """gone() reads /proc at most once per CHECK_S while the supervisor lives (the decode loop asks
+    once a frame), and still notices a death: a dead supervisor is found within a deadline."""
+    import subprocess
+    import sys
+    import time
+
+    from framewire.pipeline.worker.hub_link import SupervisorWatch
+
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watch = SupervisorWatch(supervisor.pid, sweep=False)
+        assert not watch.gone()
+        assert watch._alive_until > 0  # seen alive: not read again for a moment
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    deadline = time.monotonic() + 10.0
+    while not watch.gone() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch.gone()

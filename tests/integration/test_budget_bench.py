@@ -1,0 +1,65 @@
+"""`bench budget --streams` end to end at a small scale: the loopback RTSP server looping a small clip,
+two live sources for three seconds, the work alone timed on the same stream, and a py-spy profile of
+every process of one more run, summarised per process into the work and framewire's own buckets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from framewire import cli
+from tests.support.clips import make_clip
+from tests.support.components import pyspy
+
+pytestmark = pytest.mark.timeout(150)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_budget_live_measures_streams_the_work_and_a_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyspy()  # the profiler, set up (or ComponentMissing: fail, not skip)
+    clip = make_clip(tmp_path / "face.mp4", width=320, height=256, frames=25,
+                     from_clip=ROOT / "assets" / "videos" / "carphone_pristine.mp4")  # fmt: skip
+    config = tmp_path / "live.yaml"
+    config.write_text(
+        f"""
+sources: [{{id: cam, uri: {clip}}}]
+model:
+  path: {ROOT / "assets" / "models" / "yunet" / "face_detection_yunet_2023mar.onnx"}
+  task: face_detection
+engine: {{threads: 1, processes_per_device: 1}}
+stages: {{fuse: true, fuse_outputs: true}}
+outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
+""",
+        encoding="utf-8",
+    )
+    out = tmp_path / "budget.json"
+    code = cli.main([
+        "bench", "budget", "-c", str(config), "--streams", "2", "--seconds", "3", "--clip", str(clip),
+        "--work-frames", "25", "--profile", "--profile-rate", "100", "--json", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["mode"] == "live" and result["streams"] == 2
+    (one,) = result["runs"]
+    fw = one["framewire"]
+    assert fw["exit_code"] == 0 and set(fw["per_stream"]) == {"cam0", "cam1"}
+    assert all(s["records"] > 10 for s in fw["per_stream"].values())  # 2 s of 25 fps, and the drain
+    assert fw["cpu_s"] > 0 and fw["frames_in_window"] > 0
+    work = one["work"]
+    assert work["frames"] == 25 and work["encode"] is None  # JSONL only: nothing to encode
+    assert work["ms_per_frame"]["decode"] > 0 and work["ms_per_frame"]["model"] > 0
+    share = result["share"]
+    assert share["stream_limit"] == pytest.approx(2 / share["work_cores_per_stream"], rel=0.01)
+    profile = result["profile"]
+    assert profile["frames_in_window"] > 0 and profile["cpu_s"] > 0
+    # The model's time is found where it is spent: the infer process (YuNet at 320x256, ~2 ms a
+    # frame, 50 frames a second: about 30 of the 300 samples of 3 s at 100 Hz).
+    assert profile["processes"]["infer[0]"]["ms_per_frame"]["model"] > 0
+    assert not any("model" in p["ms_per_frame"] for n, p in profile["processes"].items() if n != "infer[0]")
+    table = capsys.readouterr().out
+    assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
