@@ -109,7 +109,8 @@ def test_a_supervisor_seen_alive_is_looked_at_again_after_a_moment_and_its_death
 
     supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        watch = SupervisorWatch(supervisor.pid, sweep=False)
+        watch = SupervisorWatch(supervisor.pid)
+        watch.sweep = False  # nothing of this stand-in supervisor's to remove
         assert not watch.gone()
         assert watch._alive_until > 0  # seen alive: not read again for a moment
     finally:
