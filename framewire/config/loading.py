@@ -98,7 +98,12 @@ def describe_validation_error(
         line = f"{key}: {msg} (got {_short(got)})" if not isinstance(got, dict) else f"{key}: {msg}"
     if len(errors) > 1:
         line += f" (and {len(errors) - 1} more)"
+    line = _CREDENTIALS.sub(r"\1:***@", line)  # a URL's password never reaches a terminal or a log
     return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the value holds
+
+
+_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*):[^@/\s'\"]+@")
+"""The password of a URL's user info (`rtsp://user:secret@host`), hidden in a config error."""
 
 
 _KEYED = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*: ")

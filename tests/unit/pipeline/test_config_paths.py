@@ -47,3 +47,17 @@ def test_a_union_members_error_names_the_key_alone() -> None:
     message = str(info.value)
     assert message.split(": ")[0] == "model.labels", message
     assert "function-after" not in message and "\n" not in message
+
+
+def test_a_urls_password_is_hidden_in_a_config_error() -> None:
+    text = """
+sources:
+  - {id: cam, uri: "rtsp://admin:hunter2@127.0.0.1:8554/cam", live: true}
+model: {path: m.onnx, task: face_detection}
+outputs: [{kind: jsonl, path: "out/{source_id}.jsonl"}]
+http: {port: "mqtt://bob:s3cret@broker:1883"}
+"""
+    with pytest.raises(ConfigError) as info:
+        load_config("t.yaml", text=text)
+    message = str(info.value)
+    assert "http.port" in message and "s3cret" not in message and "bob:***@broker" in message, message
