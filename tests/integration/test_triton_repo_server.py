@@ -59,7 +59,7 @@ def serve_once(repo: Path, log: Path) -> tuple[str, dict[str, str], dict[str, st
     backends = binary.parents[1] / "backends"
     cmd = [str(binary), f"--model-repository={repo}", f"--backend-directory={backends}",
            "--disable-auto-complete-config", "--exit-on-error=true",
-           "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false", "--log-verbose=0"]  # fmt: skip
+           "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]  # fmt: skip
     with open(log, "wb") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
