@@ -91,14 +91,18 @@ def test_triton_validates_every_written_config(tmp_path: Path) -> None:
     plan = tmp_path / "yunet.plan"
     plan.write_bytes(b"a TensorRT plan is only read by the TensorRT backend")
     write(repo, "default", "--platform", "tensorrt", "--plan", str(plan), "--name", "faces_plan")
+    # A cascade's secondary models as plans too (their crops as the batch, 32).
+    plans = ["--plan", str(plan), "--plan", f"text={plan}", "--plan", f"angle={plan}"]
+    names = ["--name", "det_plan", "--secondary-name", "text=rec_plan", "--secondary-name", "angle=cls_plan"]
+    write(repo, "ocr", "--platform", "tensorrt", *plans, *names)
     models = sorted(p.name for p in repo.iterdir())
-    assert len(models) == 12, models
+    assert len(models) == 15, models
 
     log, load_failed, poll_failed = serve_once(repo, tmp_path / "server.log")
     assert poll_failed == {}, f"Triton refused written configs: {poll_failed}"
     assert sorted(load_failed) == models, log[-3000:]
     for name, reason in load_failed.items():
-        backend = "tensorrt" if name == "faces_plan" else "onnxruntime"
+        backend = "tensorrt" if name.endswith("_plan") else "onnxruntime"
         assert NO_BACKEND.format(backend) in reason, f"{name}: {reason}"
 
 
