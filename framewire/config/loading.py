@@ -81,7 +81,7 @@ def describe_validation_error(
     errors = [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in hinted)]
     errors.sort(key=lambda e: e["type"] != "extra_forbidden")  # stable: the rest keep their order
     first = errors[0]
-    loc = [str(p) for p in first["loc"] if not _is_union_tag(p)]
+    loc = [str(p) for i, p in enumerate(first["loc"]) if not _is_union_tag(first["loc"], i)]
     key = ".".join(([prefix] if prefix else []) + loc) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
@@ -158,12 +158,17 @@ def _files_found(params: Mapping[str, Any], find: Any) -> dict[str, Any]:
     return {k: find(v) for k, v in params.items() if k in _FILE_PARAMS and isinstance(v, str)}
 
 
-def _is_union_tag(part: object) -> bool:
-    """A part of an error's location that names a union's member, not a key: a registered kind's
-    tag (`outputs.0.mqtt.host`) or pydantic's name for a member type (`function-after[...]`)."""
-    from framewire.registry import OUTPUTS, SOURCES
+def _is_union_tag(loc: Sequence[object], i: int) -> bool:
+    """Whether `loc[i]` names a union's member, not a key: pydantic's name for a member type
+    (`function-after[...]`), or an output's kind right after its list index with a key after it
+    (`outputs.0.mqtt.host`; a source's kind is no part of its errors' locations)."""
+    from framewire.registry import OUTPUTS
 
-    return isinstance(part, str) and ("[" in part or part in OUTPUTS or part in SOURCES)
+    part = loc[i]
+    if not isinstance(part, str):
+        return False
+    tagged = 0 < i < len(loc) - 1 and isinstance(loc[i - 1], int) and part in OUTPUTS
+    return "[" in part or tagged
 
 
 def _short(value: object) -> str:
