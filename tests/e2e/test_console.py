@@ -131,8 +131,12 @@ def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, b
         assert page.locator("#add-error").text_content() == ""
         page.wait_for_function("() => document.querySelector('article[data-source=cam2] img.preview').naturalWidth > 0")
         added.locator("button.remove").click()
-        page.wait_for_function("() => ['draining', 'ended'].includes("
-                               "document.querySelector('article[data-source=cam2] .state').textContent)")
+        # Removed: its card shows it draining or ended, or, once the daemon no longer lists it, is gone
+        # (which of the two the page catches depends on how fast the daemon ends it).
+        page.wait_for_function("() => { const state = document.querySelector('article[data-source=cam2] .state');"
+                               " return state === null || ['draining', 'ended'].includes(state.textContent); }")
+        _until(lambda: {s["id"]: s["state"] for s in stats()["sources"]}.get("cam2", "ended") in ("draining", "ended"),
+               proc, timeout=20)
         page.wait_for_function("() => document.querySelector('article[data-source=cam1] canvas.chart-fps').width > 0")
         page.close()
         assert problems == []
