@@ -107,7 +107,7 @@ def test_rtsp_push_is_annotated_at_the_source_rate_and_resumes_after_the_receive
     assert summary and "1 reconnect(s)" in summary[0], err[-2000:]
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_rtmp_push_and_hls_played_by_chromium(tmp_path: Path) -> None:
     browser_path = chromium()
     fps = 10
@@ -166,8 +166,9 @@ def wait_for(url: str, segments: int, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-RESTARTS = 4
-"""Starts of the <video> allowed. Chromium's native HLS (156) fails about one live start in four
+RESTARTS = 8
+"""Starts of the <video> allowed (4 were used up once with both cores kept busy by other work: the
+segments then come slower than the player asks for them). Chromium's native HLS (156) fails about one live start in four
 here (DEMUXER_ERROR_COULD_NOT_PARSE, "Segment queue never had any data": after taking the last
 segments it reloads the playlist and gives up when nothing new is listed yet; its resume-after-pause
 path in media/filters/hls_rendition_impl.cc), whoever serves the playlist: a page starts it again,
@@ -176,7 +177,7 @@ as a player does on an error. docs/guides/video-out.md says so."""
 
 def play(browser_path: Path, src: str) -> tuple[list[float], list[str], list[str]]:
     """A page with a <video> of the playlist in Chromium: its currentTime read until it has advanced
-    by over 1 s (at most 20 s); the console's errors, and the video's errors that made the page
+    by over 1 s (at most 45 s); the console's errors, and the video's errors that made the page
     start it again (at most RESTARTS - 1)."""
     from playwright.sync_api import sync_playwright
 
@@ -192,7 +193,7 @@ def play(browser_path: Path, src: str) -> tuple[list[float], list[str], list[str
             page.set_content(f'<video id="v" muted autoplay playsinline src="{src}"></video>')
             times: list[float] = []
             restarts: list[str] = []
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 45
             while time.monotonic() < deadline:
                 state = page.evaluate("(() => { const v = document.getElementById('v');"
                                       " return [v.currentTime, v.error ? v.error.message : null]; })()")  # fmt: skip

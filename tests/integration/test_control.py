@@ -201,7 +201,16 @@ def test_add_remove_cycles_leak_no_descriptors_or_shared_memory(tmp_path: Path) 
     with Running(plan(tmp_path, {})) as job:
         job.wait_ready()
         me = psutil.Process()
-        workers = lambda: [p.pid for p in me.children(recursive=True) if "framewire: " in " ".join(p.cmdline())]  # noqa: E731
+
+        def workers() -> list[int]:
+            found = []
+            for child in me.children(recursive=True):
+                try:  # a worker that just exited is a zombie until the daemon reaps it: not a worker
+                    if "framewire: " in " ".join(child.cmdline()):
+                        found.append(child.pid)
+                except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                    continue
+            return found
 
         def cycle(i: int) -> None:
             assert request(job.url + "/sources", "POST", {"id": f"s{i % 3}", "frames": 10**6})[0] == 201
