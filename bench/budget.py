@@ -360,10 +360,19 @@ def live_stats(job: Any, ran: Mapping[str, Any]) -> dict[str, Any]:
         "cores_used": ran["cpu_s"] / ran["window_s"] if ran["window_s"] else None,
         "startup_s": ran["startup_s"],
         "cpu_s_by_process": ran["cpu_s_by_process"],
+        "window_cpu_s_by_process": _by_name(ran.get("window_by_pid") or {}),
         "per_stream": per,
         "exit_code": report.exit_code,
         "error": report.error,
     }
+
+
+def _by_name(window: Mapping[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds in the measured window per process name (workers of one stage apart)."""
+    out: dict[str, float] = {}
+    for name, cpu in window.values():
+        out[name] = round(out.get(name, 0.0) + cpu, 3)
+    return out
 
 
 def live_profile(

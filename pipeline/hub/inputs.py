@@ -3,7 +3,9 @@
 A source's decode worker says STREAM when it has opened its source: the hub makes the source's
 frame pool (its slots sized by the plan's slot layout for that stream) and sends it POOL; once
 every stage has a worker up, it GRANTs the slots. Each FRAME enters the routing; each slot comes
-back to the source (GRANT) when every output is done with its frame. EOS ends the source; STATS
+back to the source when every output is done with its frame: freed slots are held back while the
+source still has half its slots at hand, then GRANTed together (one message for several frames,
+not one a frame: each message wakes two processes). EOS ends the source; STATS
 carry a live source's counters. A source whose outputs have all closed is retired: its pool is
 unlinked, and its record (state, counts, last error) stays in `ended` for `GET /sources` and the
 metrics until the control API removes it for good.
@@ -46,6 +48,13 @@ class SourceRecord:
     ring: AudioRing | None = None
     """The source's audio ring (wire.audioring), when its stream asked for one."""
     ungranted: list[int] = field(default_factory=list)
+    """Its pool's slots, before granting has begun."""
+    spare: int = 0
+    """Slots its decode worker holds: granted and not yet come back in a FRAME (at most that many:
+    a FRAME on its way here has already taken one)."""
+    held: list[int] = field(default_factory=list)
+    """Freed slots not yet granted: they go when `spare` falls below `low_water`."""
+    low_water: int = 1
     stopping: bool = False
     closed: set[str] = field(default_factory=set)
     """Outputs that closed the source's files."""
@@ -73,9 +82,20 @@ class SourceRecord:
         return self.plan.source_id
 
     def give_slot(self, slot: int) -> None:
-        """A slot is free again: back to the decode worker (unless it has ended)."""
-        if self.worker is not None and not self.worker.finished and slot >= 0:
-            self.worker.send({"type": msg.GRANT, "slots": [slot]})
+        """A slot is free again: back to the decode worker (unless it has ended), at once when it
+        holds fewer than `low_water` slots, else with the next ones (a source with half its slots
+        at hand never waits for one: the drop and block policies behave as with a grant a frame)."""
+        if self.worker is None or self.worker.finished or slot < 0:
+            return
+        self.held.append(slot)
+        if self.spare < self.low_water:
+            self.grant(self.held)
+            self.held = []
+
+    def grant(self, slots: list[int]) -> None:
+        assert self.worker is not None
+        self.worker.send({"type": msg.GRANT, "slots": slots})
+        self.spare += len(slots)
 
     def output_late(self, seq: int, latency_ms: float) -> None:
         """Count a frame output after the source's latency budget; warn now and then, not per frame."""
@@ -186,6 +206,7 @@ class Inputs:
         )
         worker.send({"type": msg.POOL, "source": record.source_id, "pool": wire})
         record.ungranted = list(range(layout.slots))
+        record.spare, record.held, record.low_water = 0, [], max(1, layout.slots // 2)
         self.grant_waiting()
         return record
 
@@ -193,6 +214,7 @@ class Inputs:
         """A frame in its slot (its header read once, here: a decode worker speaks for its own source)."""
         record = self.of(worker)
         head = FrameHeader.read(header, record.source_id)
+        record.spare -= 1
         record.dropped += head.dropped
         header.pop("dropped", None)
         header.pop("type", None)
@@ -258,7 +280,7 @@ class Inputs:
             return
         for record in self.sources.values():
             if record.ungranted and record.worker is not None and not record.worker.finished:
-                record.worker.send({"type": msg.GRANT, "slots": record.ungranted})
+                record.grant(record.ungranted)
                 record.ungranted = []
 
     def stop(self, record: SourceRecord) -> None:

@@ -65,6 +65,18 @@ def setup_process(spec: WorkerSpec) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     logs.configure(spec.log_level, spec.log_format, f"{spec.stage}[{spec.index}]")
+    single_threaded_opencv()
+
+
+def single_threaded_opencv() -> None:
+    """OpenCV's own thread pool off in a worker: the job is already spread over processes, and
+    the pool's threads spin while they wait for work, which a busy 2-core machine pays for (the
+    decode process's CPU a frame fell by a quarter with it off: bench budget, docs/benchmarks.md)."""
+    try:
+        import cv2
+    except ImportError:  # a worker that never touches an image
+        return
+    cv2.setNumThreads(1)
 
 
 class HubConnection:

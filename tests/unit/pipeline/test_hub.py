@@ -122,13 +122,36 @@ def test_a_frame_goes_through_and_the_observer_hears_each_step(hub: Any) -> None
                       "ts": {**work["ts"], "infer": [start + 0.1, start + 0.35]}})  # fmt: skip
     out = received(w["out"], msg.WORK, hub)
     send(w["out"], {**out, "type": msg.RESULT, "stage": "out"})
-    assert received(w["decode"], msg.GRANT, hub)["slots"] == [3]
+    # The source still holds 15 of its 16 slots: the freed one waits to go back with others.
+    until(hub, lambda: hub.inputs.sources["cam"].held == [3])
     assert observer.of("on_provider") == [("infer", 0, "cpu")]
     [(source, stage, seconds)] = observer.of("on_stage_done")
     assert (source, stage) == ("cam", "infer") and seconds == pytest.approx(0.25)
     [(source, latency)] = observer.of("on_done")
     assert source == "cam" and 0.5 <= latency < 10
     assert hub.inputs.sources["cam"].done_frames == 1
+
+
+def test_freed_slots_go_back_together_once_the_source_holds_fewer_than_half(hub: Any) -> None:
+    hub, _, w = hub
+    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 2})
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
+    assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(16))
+    for seq in range(9):  # one frame at a time, each through to the end before the next
+        now = time.time()
+        send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": seq, "slot": seq, "pts": seq,
+                           "ts": {"decode": [now, now]}})  # fmt: skip
+        work = received(w["infer"], msg.WORK, hub)
+        send(w["infer"], {**work, "type": msg.RESULT, "stage": "infer"})
+        out = received(w["out"], msg.WORK, hub)
+        send(w["out"], {**out, "type": msg.RESULT, "stage": "out"})
+        until(hub, lambda seq=seq: hub.inputs.sources["cam"].done_frames == seq + 1)
+    # Slots 0-7 came back while the source still held 8 or more; the 9th frame left it 7: all
+    # nine go back in one GRANT (the first since the 16), and the source holds 16 again.
+    assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(9))
+    record = hub.inputs.sources["cam"]
+    assert (record.spare, record.held) == (16, [])
 
 
 def test_a_frame_the_hub_cannot_read_is_dropped_and_counted(hub: Any) -> None:
