@@ -172,27 +172,31 @@ class _Model:
         self.engine.close()
 
 
-def _encoder(width: int, height: int, rate: Any, output: Any) -> Any:
-    """x264 with the job's video output settings, one thread."""
+def _encoder(width: int, height: int, rate: Any, time_base: Any, output: Any) -> Any:
+    """x264 with the job's video output settings, one thread, on the stream's own time base: x264's
+    rate control reads each frame's duration from the timestamps, so frames without them (as a
+    first version fed it) are coded with fewer bits and less work than any real output does
+    (1280x720 at veryfast, crf 23: 657 KB against 1061 KB, 10.1 against 11.1 ms a frame)."""
     from fractions import Fraction
 
     import av
 
     codec = av.CodecContext.create(output.codec if hasattr(output, "codec") else "libx264", "w")
     codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
-    codec.time_base = Fraction(1, 1000)
+    codec.time_base = Fraction(time_base) if time_base else Fraction(1, 1000)
     codec.framerate = Fraction(rate) if rate else Fraction(25)
     codec.thread_count = 1
     codec.options = {"crf": str(output.crf), "preset": output.preset}
     return codec
 
 
-def _encode(codec: Any, frame: Any, timer: WorkTimer) -> None:
+def _encode(codec: Any, frame: Any, timer: WorkTimer) -> list[Any]:
     yuv = frame if frame.format.name == "yuv420p" else frame.reformat(format="yuv420p")
-    yuv.pts = None  # x264 numbers the frames itself
+    yuv.pts, yuv.time_base = frame.pts, frame.time_base  # reformat keeps them; said for the reader
     started = time.thread_time()
-    codec.encode(yuv)
+    packets = codec.encode(yuv)
     timer.add("encode", started)
+    return packets
 
 
 def work_alone(
@@ -218,7 +222,7 @@ def work_alone(
         n = 0
         for frame in _decoded(container, stream, timer, frames):
             if video is not None and codec is None:
-                codec = _encoder(frame.width, frame.height, stream.average_rate, video)
+                codec = _encoder(frame.width, frame.height, stream.average_rate, stream.time_base, video)
             model.run(frame, n, timer)
             if codec is not None:
                 _encode(codec, frame, timer)

@@ -74,6 +74,21 @@ def test_the_work_alone_times_decode_model_and_encode_on_one_thread(tiny_job: Pa
     assert sampled["frames"] == 6 and sampled["model_frames"] == 2
 
 
+def test_the_reference_encoder_codes_each_frame_at_its_own_time(tiny_job: Path) -> None:
+    # x264's rate control reads frame durations from the timestamps: without them it codes fewer
+    # bits with less work than the job's writer does, and the limit would be too low.
+    config = load_config(str(tiny_job))
+    with av.open(config.sources[0].uri) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        codec = limit._encoder(frames[0].width, frames[0].height, stream.average_rate, stream.time_base,
+                               config.outputs[0])  # fmt: skip
+        assert codec.time_base == stream.time_base
+        packets = [p for frame in frames for p in limit._encode(codec, frame, limit.WorkTimer())]
+        packets += codec.encode(None)
+    assert sorted(p.pts for p in packets) == [f.pts for f in frames]
+
+
 def test_a_short_clip_is_looped_without_re_encoding(tiny_job: Path, tmp_path: Path) -> None:
     clip = load_config(str(tiny_job)).sources[0].uri
     path, frames = budget.looped_clip(clip, 30, tmp_path)
