@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -227,7 +228,20 @@ def _outputs(config: Config) -> Outputs:
 def _output(config: Config, index: int) -> Any:
     """Output `index`, built in its worker by the class its kind names (framewire.registry.OUTPUTS)."""
     out = config.outputs[index]
+    if isinstance(out, VideoFileOutput) and out.threads == "auto":
+        out = out.model_copy(update={"threads": encoder_threads(config)})
     return registry.OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
+
+
+def encoder_threads(config: Config, cores: int | None = None) -> int:
+    """`threads: auto` of a video output: 1 when the job's processes (a decode per source, the
+    infer workers, the output processes) are at least as many as the cores, else 0 (x264's own
+    choice). x264's threads spend 20-40% more CPU on the same frames (docs/benchmarks.md): worth it
+    only where cores would otherwise be idle."""
+    cores = cores or len(os.sched_getaffinity(0))
+    outputs = 1 if config.stages.fuse_outputs else len(config.outputs)
+    processes = len(config.sources) + infer_workers(config.engine) + outputs
+    return 1 if processes >= cores else 0
 
 
 def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:

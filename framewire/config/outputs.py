@@ -51,6 +51,13 @@ class VideoFileOutput(OutputConfig):
     )
     crf: int = Field(default=23, ge=0, le=51, description="x264 constant rate factor (quality).")
     preset: str = Field(default="veryfast", description="x264 preset (ultrafast ... veryslow).")
+    threads: int | Literal["auto"] = Field(
+        default="auto",
+        description="x264's threads: N, 0 (x264's own choice: 1.5 a core), or auto: 1 when the job's "
+        "processes (a decode per source, the infer workers, the outputs) already fill the cores, "
+        "else x264's choice. Its threads cost 20-40% more CPU for the same frames; on a machine the "
+        "job keeps busy they only take it from the other stages (docs/benchmarks.md).",
+    )
     audio: bool = Field(
         default=True,
         description="The source's audio, when it has some: copied as it is when MP4 players take it "

@@ -67,6 +67,7 @@ class VideoFileWriter:
         codec: str = "libx264",
         crf: int = 23,
         preset: str = "veryfast",
+        threads: int = 0,
         audio_from: str | None = None,
         audio_track: Callable[[av.container.OutputContainer], AudioTrack] | None = None,
         container: str = "mp4",
@@ -87,6 +88,8 @@ class VideoFileWriter:
         self.codec = codec
         self.crf = crf
         self.preset = preset
+        self.threads = threads
+        """The encoder's threads: 0 is its own choice."""
         self.audio_from = audio_from
         self.audio_track = audio_track
         self.container = container
@@ -224,6 +227,8 @@ class VideoFileWriter:
         stream.codec_context.color_range = _TV_RANGE
         if self.codec in ("libx264", "libx265"):
             stream.options = {"crf": str(self.crf), "preset": self.preset}
+        if self.threads > 0:
+            stream.codec_context.thread_count = self.threads
         if self.container == "fmp4":  # a keyframe, so a fragment, at least every fragment_s
             stream.codec_context.gop_size = max(1, round(float(self.info.fps) * self.fragment_s))
         return stream

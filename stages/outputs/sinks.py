@@ -145,7 +145,8 @@ class VideoFileSink(_PerSource):
             if ring is not None else None
         )  # fmt: skip
         return VideoFileWriter(
-            path, info, crf=c.crf, preset=c.preset, audio_from=audio if track is None else None,
+            path, info, crf=c.crf, preset=c.preset, threads=c.threads if isinstance(c.threads, int) else 0,
+            audio_from=audio if track is None else None,
             audio_track=track, container=c.container, fragment_s=c.fragment_s,
             audio_start_s=None if first or track is not None else start_s, append=append and first,
         )  # fmt: skip

@@ -134,6 +134,19 @@ def test_close_after_one_frame_leaves_a_playable_file(tmp_path: Path) -> None:
     assert clips.audio_duration_s(out) == pytest.approx(clips.audio_duration_s(source), abs=0.1)
 
 
+def test_the_encoder_runs_the_threads_it_is_given(tmp_path: Path) -> None:
+    source = VIDEOS / "bikes.mp4"
+    with VideoReader("one", str(source)) as reader:
+        first = next(reader.frames())
+        for threads in (1, 3):
+            writer = VideoFileWriter(str(tmp_path / f"{threads}.mp4"), reader.info, preset="ultrafast", threads=threads)
+            writer.open()
+            writer.write(first.image, first.pts)
+            assert writer._video is not None and writer._video.codec_context.thread_count == threads
+            writer.close()
+            assert clips.video_pts(tmp_path / f"{threads}.mp4") == [first.pts]
+
+
 def test_close_without_open_is_harmless(tmp_path: Path) -> None:
     writer = VideoFileWriter(str(tmp_path / "never.mp4"), info_for(160, 120))
     writer.close()

@@ -1,0 +1,45 @@
+"""A video output's `threads: auto`: x264's own threads only where the job's processes leave cores
+idle (they spend 20-40% more CPU on the same frames), and the number given reaches the encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from framewire.app.compose import _output, encoder_threads
+from framewire.config import validate_config
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[3]
+BIKES = str(ROOT / "assets" / "videos" / "bikes.mp4")
+YUNET = str(ROOT / "assets" / "models" / "yunet" / "face_detection_yunet_2023mar.onnx")
+
+
+def _config(sources: int = 1, threads: Any = "auto", processes: int = 2, fuse_outputs: bool = True) -> Any:
+    return validate_config({
+        "sources": [{"id": f"s{i}", "uri": BIKES} for i in range(sources)],
+        "model": {"path": YUNET, "task": "face_detection"},
+        "engine": {"providers": ["cpu"], "processes_per_device": processes},
+        "stages": {"fuse": True, "fuse_outputs": fuse_outputs},
+        "outputs": [{"kind": "video_file", "path": "/tmp/{source_id}.mp4", "threads": threads},
+                    {"kind": "jsonl", "path": "/tmp/{source_id}.jsonl"}],
+    }, "test.yaml")  # fmt: skip
+
+
+def test_one_thread_where_the_job_s_processes_fill_the_cores() -> None:
+    # decode + 2 infer + 1 output = 4 processes
+    assert encoder_threads(_config(), cores=2) == 1
+    assert encoder_threads(_config(), cores=4) == 1
+    assert encoder_threads(_config(), cores=16) == 0  # cores to spare: x264's own choice
+    assert encoder_threads(_config(sources=13), cores=16) == 1  # 13 + 2 + 1 = 16 processes
+    assert encoder_threads(_config(sources=12), cores=16) == 0
+    assert encoder_threads(_config(fuse_outputs=False), cores=5) == 1  # two output processes
+
+
+def test_auto_is_resolved_for_the_output_and_a_number_is_kept() -> None:
+    config = _config()
+    assert _output(config, 0).config.threads == encoder_threads(config)
+    assert _output(_config(threads=3), 0).config.threads == 3
