@@ -244,6 +244,10 @@ class ProcessSampler:
         return out
 
 
+HUB_PROCESS = "hub (bench process)"
+"""How the sampler names this process: it runs the hub (framewire.start)."""
+
+
 def _name(proc: Any) -> str:
     try:
         cmd = proc.cmdline()
@@ -255,7 +259,7 @@ def _name(proc: Any) -> str:
     if text.startswith("framewire: "):
         return text.removeprefix("framewire: ")
     if proc.pid == os.getpid():
-        return "hub (bench process)"
+        return HUB_PROCESS
     return Path(cmd[0]).name + (" " + " ".join(cmd[1:3]) if len(cmd) > 1 else "")
 
 

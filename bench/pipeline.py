@@ -319,12 +319,18 @@ def run_daemon(job: Any, *, fresh: bool = True) -> dict[str, Any]:
         exit_code=report.exit_code,
         error=report.error,
         cpu_s_hub=own,
-        cpu_s_by_process=sampler.by_name(),
+        cpu_s_by_process=_this_run(sampler.by_name(), own),
         memory=sampler.snapshot_memory or {},
         peak_rss_mib=sampler.peak_rss / harness.MIB,
         stage_workers=stage_workers(job),
     )
     return stats
+
+
+def _this_run(by_name: dict[str, float], own: float) -> dict[str, float]:
+    """Each process's CPU seconds, the hub's (this process) for this run only: the sampler reads a
+    process's total, and this one also ran the benchmark's earlier runs."""
+    return {name: (round(own, 3) if name == harness.HUB_PROCESS else cpu) for name, cpu in by_name.items()}
 
 
 def stage_workers(job: Any) -> dict[str, int]:

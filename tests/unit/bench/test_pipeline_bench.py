@@ -85,3 +85,12 @@ outputs:
   - {kind: video_file, path: out.mp4}
   - {kind: zmq, endpoint: "tcp://127.0.0.1:5561"}
 """
+
+
+def test_the_hub_process_is_counted_for_this_run_only() -> None:
+    # The sampler reads each process's total; the bench process also ran the earlier runs.
+    from bench import harness
+    from bench.pipeline import _this_run
+
+    seen = {harness.HUB_PROCESS: 64.0, "infer[0]": 8.0, "output[0]": 20.0}
+    assert _this_run(seen, 2.5) == {harness.HUB_PROCESS: 2.5, "infer[0]": 8.0, "output[0]": 20.0}
