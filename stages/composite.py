@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, Stage
 from framewire.registry import COMPOSITES
@@ -45,13 +46,16 @@ class Composite(ABC):
 
     kind: ClassVar[str]
     Params: ClassVar[type[CompositeParams]] = CompositeParams
+    takes_yuv: ClassVar[bool] = False
+    """It can draw on an I420 frame too (framewire.media.yuv): a job whose composites all can keeps
+    its frames as YUV when its outputs allow it (framewire.app.compose.yuv_frames)."""
 
     def __init__(self, params: CompositeParams) -> None:
         self.params = params
 
     @abstractmethod
     def apply(self, frame: np.ndarray, result: Result) -> None:
-        """Draw `result` onto `frame` (BGR uint8 HxWx3) in place."""
+        """Draw `result` onto `frame` (BGR uint8 HxWx3, or I420 where `takes_yuv`) in place."""
 
 
 # --- detections -----------------------------------------------------------------------------------
@@ -122,12 +126,14 @@ class Blur(Composite):
     Params: ClassVar[type[CompositeParams]] = BlurParams
     params: BlurParams
 
+    takes_yuv: ClassVar[bool] = True
+
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
-            region = frame[y0:y1, x0:x1]
-            kx = _odd(self.params.strength * (x1 - x0))
-            ky = _odd(self.params.strength * (y1 - y0))
-            region[...] = _gaussian(region, kx, ky)
+            kx = self.params.strength * (x1 - x0)
+            ky = self.params.strength * (y1 - y0)
+            for region, scale in _boxes(frame, x0, y0, x1, y1):
+                region[...] = _gaussian(region, _odd(kx * scale), _odd(ky * scale))
 
 
 class Pixelate(Composite):
@@ -137,13 +143,15 @@ class Pixelate(Composite):
     Params: ClassVar[type[CompositeParams]] = PixelateParams
     params: PixelateParams
 
+    takes_yuv: ClassVar[bool] = True
+
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
-            region = frame[y0:y1, x0:x1]
-            width, height = x1 - x0, y1 - y0
-            blocks_x, blocks_y = min(self.params.blocks, width), min(self.params.blocks, height)
-            small = cv2.resize(region, (blocks_x, blocks_y), interpolation=cv2.INTER_AREA)
-            region[...] = cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST)
+            for region, _ in _boxes(frame, x0, y0, x1, y1):
+                height, width = region.shape[:2]
+                blocks_x, blocks_y = min(self.params.blocks, width), min(self.params.blocks, height)
+                small = cv2.resize(region, (blocks_x, blocks_y), interpolation=cv2.INTER_AREA)
+                region[...] = cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST)
 
 
 class Boxes(Composite):
@@ -338,7 +346,7 @@ def _regions(
 ) -> Iterator[tuple[int, int, int, int]]:
     """(x0, y0, x1, y1) of each wanted detection's box grown by `expand`, clipped to the frame;
     slivers skipped."""
-    height, width = frame.shape[:2]
+    width, height = yuv.size(frame)
     expand = params.expand
     for found in detections.of(result.data):
         if not params.wants(found):
@@ -350,6 +358,14 @@ def _regions(
         y1 = min(height, int(np.ceil(y + h + expand * h)))
         if x1 - x0 >= 2 and y1 - y0 >= 2:
             yield x0, y0, x1, y1
+
+
+def _boxes(frame: np.ndarray, x0: int, y0: int, x1: int, y1: int) -> Iterator[tuple[np.ndarray, float]]:
+    """The box in a BGR frame (scale 1), or in each plane of an I420 one (media.yuv.plane_boxes)."""
+    if yuv.is_i420(frame):
+        yield from ((region, scale) for region, scale in yuv.plane_boxes(frame, x0, y0, x1, y1) if region.size)
+    else:
+        yield frame[y0:y1, x0:x1], 1.0
 
 
 def _class_color(class_id: int) -> tuple[int, int, int]:

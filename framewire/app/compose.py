@@ -23,6 +23,7 @@ from framewire.config import (
     Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path,
 )  # fmt: skip
 from framewire.config.job import resume_problem
+from framewire.media import yuv
 from framewire.media.jpeg import jpeg_encoder
 from framewire.config.keys import suggest
 from framewire.config.video_out import HlsOutput
@@ -257,9 +258,30 @@ def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict
         "image": ((height, width, 3), "uint8"),
         "input": (tuple(int(d) for d in spec.shape), str(spec.dtype)),  # type: ignore[arg-type]
     }
+    if yuv_frames(config) and width % 2 == 0 and height % 2 == 0:
+        regions["image"] = (yuv.shape(width, height), "uint8")
     if config.composite:
-        regions["output"] = ((height, width, 3), "uint8")
+        regions["output"] = (regions["image"][0], "uint8")
     return regions
+
+
+YUV_OUTPUTS = frozenset({"video_file", "jsonl", "mqtt", "kafka", "webhook"})
+"""Outputs that take I420 frames (video_file encodes them as they are) or never look at pixels."""
+
+
+def yuv_frames(config: Config) -> bool:
+    """Whether the job keeps its frames as decoded, I420 (framewire.media.yuv; `stages.frame_format`):
+    every stage takes them, and it saves a conversion: a video output (x264 takes the frames as
+    they are; the model's input is converted from them as the decoder would have)."""
+    if config.stages.frame_format != "auto" or config.steps or config.secondary:
+        return False
+    if not all(o.kind in YUV_OUTPUTS or (isinstance(o, ZmqOutput) and not o.jpeg) for o in config.outputs):
+        return False
+    if not all(getattr(c, "takes_yuv", False) for c in build_composites(config)):
+        return False
+    if type(build_task(config)).preprocess_frame is not Task.preprocess_frame:  # it reads pixels its own way
+        return False
+    return any(isinstance(o, VideoFileOutput) for o in config.outputs)
 
 
 def check(config: Config) -> Task:

@@ -47,6 +47,15 @@ class StagesConfig(_Model):
         description="Run every output in one process instead of one process each: fewer hops per "
         "frame; an output that is slow holds the others up.",
     )
+    frame_format: Literal["auto", "bgr"] = Field(
+        default="auto",
+        description="How frames wait in the frame pool: auto keeps them as decoded, YUV 4:2:0, when "
+        "every stage takes that (the composites are blur or pixelate, the outputs video_file, jsonl, "
+        "mqtt, kafka, webhook or zmq without jpeg, no steps or secondary models) and there is a "
+        "video output (x264 takes them as they are: two full-frame conversions fewer); else BGR. The "
+        "model sees the same pixels either way. bgr: always BGR (docs/benchmarks.md, framewire's own "
+        "cost).",
+    )
     stall_timeout_s: float | None = Field(
         default=60.0,
         gt=0,

@@ -21,6 +21,7 @@ import av.video.stream
 import cv2
 import numpy as np
 
+from framewire.media import yuv
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.uris import local_path, redact
 
@@ -464,8 +465,12 @@ class PendingImage:
         self.shape = (frame.height, frame.width, 3)
 
     def write_into(self, out: np.ndarray) -> None:
-        """Convert into `out`, a C-contiguous HxWx3 uint8 array of this frame's size."""
-        to_bgr(self.frame, out)
+        """Convert into `out`, a C-contiguous HxWx3 uint8 array of this frame's size, or its planes
+        into an I420 array of its size (media.yuv: a job that keeps its frames as YUV)."""
+        if yuv.is_i420(out):
+            yuv.write_frame(self.frame, out)
+        else:
+            to_bgr(self.frame, out)
 
 
 def to_bgr(frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:

@@ -167,7 +167,12 @@ class Previews:
     def _encode(self, source: str, watched: _Watched) -> None:
         assert watched.buffer is not None
         started = time.perf_counter()
-        jpeg = self.encode(watched.buffer)
+        image = watched.buffer
+        if image.ndim == 2:  # a job that keeps its frames as YUV 4:2:0 (framewire.media.yuv)
+            import cv2
+
+            image = cv2.cvtColor(image, cv2.COLOR_YUV2BGR_I420)
+        jpeg = self.encode(image)
         spent = time.perf_counter() - started
         with watched.ready:
             watched.number += 1

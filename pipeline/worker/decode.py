@@ -284,15 +284,20 @@ class Pump:
         assert self.grants.pool is not None
         slot = self.grants.free.popleft()
         target = self.grants.pool.view(slot, "image")
-        if target.shape != image.shape:
+        if picture_size(target) != (image.shape[1], image.shape[0]):
+            width, height = picture_size(target)
             raise FramewireError(
                 f"source {self.source_id}: frame {self.seq} is {image.shape[1]}x{image.shape[0]}, "
-                f"the stream started at {target.shape[1]}x{target.shape[0]}"
+                f"the stream started at {width}x{height}"
             )
-        if isinstance(image, np.ndarray):
-            np.copyto(target, image)
-        else:
+        if not isinstance(image, np.ndarray):
             image.write_into(target)  # converted straight into the slot: written once, not copied
+        elif target.ndim == 2:  # a source that hands over BGR, in a job that keeps YUV frames
+            import cv2
+
+            cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=target)
+        else:
+            np.copyto(target, image)
         staleness_ms = self.options.staleness_ms
         frame = Frame(
             source_id=self.source_id,
@@ -314,3 +319,11 @@ class Pump:
         self.conn.send(header)
         self.seq += 1
         self.stats.send(self.conn)
+
+
+def picture_size(slot: np.ndarray) -> tuple[int, int]:
+    """(width, height) of the picture a slot holds: BGR (height, width, 3) or I420 (height * 3 / 2,
+    width: a job that keeps its frames as YUV, framewire.media.yuv)."""
+    if slot.ndim == 2:
+        return slot.shape[1], slot.shape[0] * 2 // 3
+    return slot.shape[1], slot.shape[0]

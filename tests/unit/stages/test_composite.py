@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, StageContext
 from framewire.registry import COMPOSITES
@@ -34,6 +35,29 @@ def _changed(before: np.ndarray, after: np.ndarray) -> np.ndarray:
 
 def _alpha(value: int, shape: tuple[int, int] = (320, 320)) -> Result:
     return Result(data={"matte": {}}, arrays={"alpha": np.full(shape, value, dtype=np.uint8)})
+
+
+@pytest.mark.parametrize("kind", ["blur", "pixelate"])
+def test_face_composites_on_an_i420_frame_change_each_plane_inside_the_box_only(kind: str) -> None:
+    # A job that keeps its frames as YUV (framewire.media.yuv): the box in Y, at half size in U and V.
+    bgr = _noise()
+    frame = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    before = frame.copy()
+    composite = resolve_composite(kind, {"expand": 0.25})
+    assert composite.takes_yuv
+    composite.apply(frame, _found(FACE))
+    for plane, old, (x0, y0, x1, y1) in zip(
+        yuv.planes(frame), yuv.planes(before), [(80, 35, 200, 185), (40, 17, 100, 93), (40, 17, 100, 93)], strict=True
+    ):
+        inside = np.zeros(plane.shape, dtype=bool)
+        inside[y0:y1, x0:x1] = True
+        changed = plane != old
+        assert not changed[~inside].any()
+        assert changed[inside].mean() > 0.8
+
+
+def test_only_blur_and_pixelate_draw_on_i420() -> None:
+    assert {k for k in COMPOSITES.names() if resolve_composite(k, {}).takes_yuv} == {"blur", "pixelate"}
 
 
 def test_registry_has_every_kind() -> None:

@@ -1,0 +1,84 @@
+"""Frames kept as YUV 4:2:0 (I420) instead of BGR, for jobs whose every stage takes them
+(`framewire.app.compose.yuv_frames`): a face-blur job that writes H.264 skips the conversion back
+from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/benchmarks.md, framewire's own
+cost); the model's input is converted from the planes as the decoder would have.
+
+An I420 image is one C-contiguous uint8 array of (height * 3 / 2, width): the Y plane's rows, then
+the U plane's and the V plane's (each a quarter of Y), as OpenCV's COLOR_YUV2BGR_I420 and PyAV's
+`VideoFrame.from_ndarray(format="yuv420p")` read it. Width and height are even. BT.601 limited range,
+what the video writer tags its output as.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import av
+import cv2
+import numpy as np
+
+_BT601 = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m: read as BT.601 (media.video_reader)
+_JPEG_RANGE = 2
+
+
+def shape(width: int, height: int) -> tuple[int, int]:
+    """The array shape of a width x height I420 image."""
+    return height * 3 // 2, width
+
+
+def is_i420(image: np.ndarray) -> bool:
+    """Whether an image array is I420 (two dimensions) rather than BGR (height x width x 3)."""
+    return image.ndim == 2
+
+
+def size(image: np.ndarray) -> tuple[int, int]:
+    """(width, height) of the picture an I420 or BGR array holds."""
+    if is_i420(image):
+        return image.shape[1], image.shape[0] * 2 // 3
+    return image.shape[1], image.shape[0]
+
+
+def planes(image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views of the Y, U and V planes of an I420 array (writable when it is)."""
+    width, height = size(image)
+    flat = image.reshape(-1)
+    luma = width * height
+    quarter = luma // 4
+    y = flat[:luma].reshape(height, width)
+    u = flat[luma : luma + quarter].reshape(height // 2, width // 2)
+    v = flat[luma + quarter : luma + 2 * quarter].reshape(height // 2, width // 2)
+    return y, u, v
+
+
+def write_frame(frame: av.VideoFrame, out: np.ndarray) -> None:
+    """A decoded frame into `out` (I420 of its size), converted by libswscale unless it is already
+    8-bit 4:2:0 BT.601 limited range (then its planes are copied as they are)."""
+    if (
+        frame.format.name != "yuv420p"
+        or frame.colorspace not in _BT601
+        or frame.color_range == _JPEG_RANGE
+    ):
+        frame = frame.reformat(format="yuv420p", dst_colorspace="ITU601", dst_color_range="MPEG")
+    for plane, view in zip(frame.planes, planes(out), strict=True):
+        rows, cols = view.shape
+        src = np.frombuffer(memoryview(plane), np.uint8).reshape(-1, plane.line_size)[:rows, :cols]
+        np.copyto(view, src)
+
+
+def to_bgr(image: np.ndarray) -> np.ndarray:
+    """BGR of an I420 array (a BGR array is returned as it is)."""
+    if not is_i420(image):
+        return image
+    return cv2.cvtColor(image, cv2.COLOR_YUV2BGR_I420)
+
+
+def plane_boxes(
+    image: np.ndarray, x0: int, y0: int, x1: int, y1: int
+) -> Iterator[tuple[np.ndarray, float]]:
+    """The box (x0, y0)-(x1, y1) of the picture in each plane of an I420 array, with the plane's
+    scale (1 for Y, 0.5 for U and V): what a composite does to a box it does to each of these."""
+    for index, plane in enumerate(planes(image)):
+        if index == 0:
+            yield plane[y0:y1, x0:x1], 1.0
+        else:
+            yield plane[y0 // 2 : (y1 + 1) // 2, x0 // 2 : (x1 + 1) // 2], 0.5

@@ -1,0 +1,58 @@
+"""`stages.frame_format: auto`: a job keeps its frames as I420 only where every stage takes them and
+a video output saves the conversion back; the slot layout follows (even sizes only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from framewire.app.compose import slot_layout, yuv_frames
+from framewire.config import validate_config
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[3]
+BIKES = str(ROOT / "assets" / "videos" / "bikes.mp4")
+YUNET = {"path": str(ROOT / "assets" / "models" / "yunet" / "face_detection_yunet_2023mar.onnx"), "task": "face_detection"}
+YOLOX = {"path": str(ROOT / "assets" / "models" / "yolox_ddddocr" / "common_det.onnx"), "task": "detection",
+         "labels": ["target"]}  # fmt: skip
+VIDEO = {"kind": "video_file", "path": "/tmp/{source_id}.mp4"}
+JSONL = {"kind": "jsonl", "path": "/tmp/{source_id}.jsonl"}
+
+
+def _config(outputs: Any = (VIDEO, JSONL), composite: Any = ({"kind": "blur"},), model: Any = YUNET, **stages: Any) -> Any:
+    return validate_config({
+        "sources": [{"id": "a", "uri": BIKES}], "model": model, "engine": {"providers": ["cpu"]},
+        "stages": stages, "outputs": list(outputs), "composite": list(composite),
+    }, "test.yaml")  # fmt: skip
+
+
+def test_a_blur_job_with_a_video_output_keeps_yuv_frames() -> None:
+    config = _config()
+    assert yuv_frames(config)
+    layout = slot_layout(config, "a", {"width": 640, "height": 272})
+    assert layout["image"] == ((408, 640), "uint8") and layout["output"] == ((408, 640), "uint8")
+    assert layout["input"][0] == (1, 3, 288, 640)  # the model's input is BGR planes as before
+    odd = slot_layout(config, "a", {"width": 641, "height": 272})  # I420 needs even sizes: BGR
+    assert odd["image"] == ((272, 641, 3), "uint8")
+    assert _config(composite=({"kind": "pixelate"},), model=YOLOX) and yuv_frames(_config(model=YOLOX))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"frame_format": "bgr"},
+        {"composite": ({"kind": "boxes"},)},  # draws in BGR colours
+        {"outputs": (JSONL,)},  # no video output: nothing saved
+        {"outputs": (VIDEO, {"kind": "zmq", "endpoint": "tcp://127.0.0.1:5999", "jpeg": True})},
+        {"outputs": (VIDEO, {"kind": "hls", "path": "/tmp/hls/{source_id}"})},
+    ],
+)
+def test_bgr_where_a_stage_needs_it_or_nothing_is_saved(changes: dict[str, Any]) -> None:
+    stages = {k: v for k, v in changes.items() if k == "frame_format"}
+    rest = {k: v for k, v in changes.items() if k != "frame_format"}
+    config = _config(**rest, **stages)
+    assert not yuv_frames(config)
+    assert slot_layout(config, "a", {"width": 640, "height": 272})["image"] == ((272, 640, 3), "uint8")
