@@ -200,7 +200,8 @@ class Stage(Protocol):
 
 class PendingPixels(Protocol):
     """A frame a source has decoded but not converted: it writes its BGR pixels into `out` (a
-    frame-pool slot) itself, so the decode worker writes each frame once instead of twice."""
+    frame-pool slot) itself, so the decode worker writes each frame once instead of twice; its I420
+    planes where `out` has two dimensions (a job that keeps YUV frames, framewire.media.yuv)."""
 
     @property
     def shape(self) -> tuple[int, ...]: ...

@@ -114,6 +114,8 @@ class Plan:
     stage_credits: Mapping[str, int] = field(default_factory=dict)
     """Credits for the workers of one stage, where they differ (a batching infer stage)."""
     restartable: frozenset[str] = frozenset(MIDDLE)
+    worker_init: Callable[[], None] | None = None
+    """Run first thing in every worker process (module-level: it is pickled with the worker's spec)."""
     max_restarts: int = 5
     shutdown_timeout_s: float = 10.0
     skip_failed_frames: bool = True

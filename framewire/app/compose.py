@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
+
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
@@ -265,6 +267,8 @@ def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict
     return regions
 
 
+YUV_SOURCES = frozenset({"file", "stream", "camera"})
+"""Sources read by PyAV, whose frames write their planes into a slot as they are."""
 YUV_OUTPUTS = frozenset({"video_file", "jsonl", "mqtt", "kafka", "webhook"})
 """Outputs that take I420 frames (video_file encodes them as they are) or never look at pixels."""
 
@@ -274,6 +278,8 @@ def yuv_frames(config: Config) -> bool:
     every stage takes them, and it saves a conversion: a video output (x264 takes the frames as
     they are; the model's input is converted from them as the decoder would have)."""
     if config.stages.frame_format != "auto" or config.steps or config.secondary:
+        return False
+    if not all(s.kind in YUV_SOURCES for s in config.sources):  # others hand over BGR arrays
         return False
     if not all(o.kind in YUV_OUTPUTS or (isinstance(o, ZmqOutput) and not o.jpeg) for o in config.outputs):
         return False
@@ -404,10 +410,24 @@ def build_plan(
         members=members,
         ordered=frozenset(name for name, _, factory in middle if factory().ordered),
         restartable=frozenset(name for name, _, _ in middle),
+        worker_init=single_threaded_opencv,
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
         ),
     )
+
+
+def single_threaded_opencv() -> None:
+    """Every worker's first step (`Plan.worker_init`): OpenCV's own thread pool off. The job is
+    already spread over processes, and the pool's threads spin while they wait for work, which a
+    busy machine pays for (the decode process's CPU a frame fell by a quarter with it off, 8 live
+    streams on 2 cores: docs/benchmarks.md, framewire's own cost)."""
+    cv2.setNumThreads(1)
+
+
+def _preview(encode: Any, image: Any) -> bytes:
+    """A console preview's JPEG, of a BGR frame or of an I420 one (a job that keeps YUV frames)."""
+    return bytes(encode(yuv.to_bgr(image)))
 
 
 def _http(config: Config) -> HttpSettings | None:
@@ -417,7 +437,8 @@ def _http(config: Config) -> HttpSettings | None:
     c = h.console
     hls = tuple(out.path for out in config.outputs if isinstance(out, HlsOutput))
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, console=c.enabled,
-                        encode_preview=jpeg_encoder(c.preview_width, c.jpeg_quality) if c.enabled else None,
+                        encode_preview=functools.partial(_preview, jpeg_encoder(c.preview_width, c.jpeg_quality))
+                        if c.enabled else None,
                         preview_fps=c.preview_fps, hls=hls)  # fmt: skip
 
 

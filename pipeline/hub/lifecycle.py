@@ -85,6 +85,7 @@ class Lifecycle:
             log_level=self.plan.log_level,
             log_format=self.plan.log_format,
             label=label,
+            init=self.plan.worker_init,
             **extra,
         )
 

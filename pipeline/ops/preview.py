@@ -167,12 +167,7 @@ class Previews:
     def _encode(self, source: str, watched: _Watched) -> None:
         assert watched.buffer is not None
         started = time.perf_counter()
-        image = watched.buffer
-        if image.ndim == 2:  # a job that keeps its frames as YUV 4:2:0 (framewire.media.yuv)
-            import cv2
-
-            image = cv2.cvtColor(image, cv2.COLOR_YUV2BGR_I420)
-        jpeg = self.encode(image)
+        jpeg = self.encode(watched.buffer)  # BGR or I420: the plan's encoder reads either
         spent = time.perf_counter() - started
         with watched.ready:
             watched.number += 1

@@ -292,10 +292,8 @@ class Pump:
             )
         if not isinstance(image, np.ndarray):
             image.write_into(target)  # converted straight into the slot: written once, not copied
-        elif target.ndim == 2:  # a source that hands over BGR, in a job that keeps YUV frames
-            import cv2
-
-            cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420, dst=target)
+        elif target.ndim == 2:  # only PyAV's sources run in jobs that keep YUV frames (app.compose)
+            raise FramewireError(f"source {self.source_id}: a BGR frame for a job that keeps YUV frames")
         else:
             np.copyto(target, image)
         staleness_ms = self.options.staleness_ms

@@ -42,6 +42,8 @@ class WorkerSpec:
     source_options: SourceOptions = field(default_factory=SourceOptions)
     label: str | None = None
     supervisor_pid: int = field(default_factory=os.getpid)
+    init: Callable[[], None] | None = None
+    """Run first thing in the worker (the plan's `worker_init`: e.g. OpenCV's thread pool off)."""
 
     @property
     def identity(self) -> bytes:
@@ -65,18 +67,8 @@ def setup_process(spec: WorkerSpec) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     logs.configure(spec.log_level, spec.log_format, f"{spec.stage}[{spec.index}]")
-    single_threaded_opencv()
-
-
-def single_threaded_opencv() -> None:
-    """OpenCV's own thread pool off in a worker: the job is already spread over processes, and
-    the pool's threads spin while they wait for work, which a busy 2-core machine pays for (the
-    decode process's CPU a frame fell by a quarter with it off: bench budget, docs/benchmarks.md)."""
-    try:
-        import cv2
-    except ImportError:  # a worker that never touches an image
-        return
-    cv2.setNumThreads(1)
+    if spec.init is not None:
+        spec.init()
 
 
 class HubConnection:

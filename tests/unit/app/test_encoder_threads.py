@@ -43,3 +43,17 @@ def test_auto_is_resolved_for_the_output_and_a_number_is_kept() -> None:
     config = _config()
     assert _output(config, 0).config.threads == encoder_threads(config)
     assert _output(_config(threads=3), 0).config.threads == 3
+
+
+def test_workers_start_with_opencv_s_thread_pool_off() -> None:
+    import cv2
+
+    from framewire.app.compose import build_plan, single_threaded_opencv
+
+    assert build_plan(_config()).worker_init is single_threaded_opencv
+    before = cv2.getNumThreads()
+    try:
+        single_threaded_opencv()
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(before)

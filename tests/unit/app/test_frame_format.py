@@ -56,3 +56,18 @@ def test_bgr_where_a_stage_needs_it_or_nothing_is_saved(changes: dict[str, Any])
     config = _config(**rest, **stages)
     assert not yuv_frames(config)
     assert slot_layout(config, "a", {"width": 640, "height": 272})["image"] == ((272, 640, 3), "uint8")
+
+
+def test_a_console_preview_of_an_i420_frame_is_its_picture() -> None:
+    import cv2
+    import numpy as np
+
+    from framewire.app.compose import _preview
+    from framewire.media.jpeg import jpeg_encoder
+
+    bgr = np.zeros((272, 640, 3), np.uint8)
+    bgr[:, 320:] = (0, 0, 255)  # red on the right
+    jpeg = _preview(jpeg_encoder(320, 90), cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420))
+    back = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert back.shape == (136, 320, 3)
+    assert back[:, 200:, 2].mean() > 200 and back[:, 200:, 0].mean() < 40 and back[:, :120].mean() < 20

@@ -120,3 +120,14 @@ def test_exit_text() -> None:
     ]
 
 
+
+
+def worker_init() -> None:
+    raise AssertionError("run in the worker, not here")
+
+
+def test_every_worker_gets_the_plan_s_init() -> None:
+    life, started, _ = lifecycle(worker_init=worker_init)
+    life.start_stage("infer", 0, stage_factory)
+    life.start_decode(SourcePlan("cam", stage_factory), 0)
+    assert [p.spec.init for p in started] == [worker_init, worker_init]
