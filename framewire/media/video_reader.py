@@ -28,9 +28,6 @@ from framewire.pipeline.uris import local_path, redact
 log = logging.getLogger(__name__)
 
 _FALLBACK_FPS = Fraction(25)
-# AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversion uses.
-_BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
-_JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
 TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf"})
 """What FFmpeg's text-mode demuxers (tty for .txt/.nfo/.asc, bin, xbin, idf) decode: text drawn as
 frames. A text file given as a video would otherwise run as dozens of frames of coloured letters."""
@@ -481,13 +478,7 @@ def to_bgr(frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
     on 2 cores), within 3-5 levels of it. Everything else goes through libswscale, which honours the
     frame's colour space and range.
     """
-    if (
-        frame.format.name == "yuv420p"
-        and frame.width % 2 == 0
-        and frame.height % 2 == 0
-        and frame.colorspace in _BT601_COLORSPACES
-        and frame.color_range != _JPEG_RANGE
-    ):
+    if yuv.plain_bt601(frame) and frame.width % 2 == 0 and frame.height % 2 == 0:
         converted = cv2.cvtColor(frame.to_ndarray(), cv2.COLOR_YUV2BGR_I420, dst=out)
     else:
         converted = np.ascontiguousarray(frame.to_ndarray(format="bgr24"))

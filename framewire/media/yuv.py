@@ -17,8 +17,9 @@ import av
 import cv2
 import numpy as np
 
-_BT601 = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m: read as BT.601 (media.video_reader)
-_JPEG_RANGE = 2
+BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
+"""AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversions use."""
+JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
 
 
 def shape(width: int, height: int) -> tuple[int, int]:
@@ -50,14 +51,20 @@ def planes(image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return y, u, v
 
 
+def plain_bt601(frame: av.VideoFrame) -> bool:
+    """Whether a decoded frame is 8-bit 4:2:0 BT.601 limited range: what OpenCV's I420 conversions
+    and the video writer's tags take as they are."""
+    return (
+        frame.format.name == "yuv420p"
+        and frame.colorspace in BT601_COLORSPACES
+        and frame.color_range != JPEG_RANGE
+    )
+
+
 def write_frame(frame: av.VideoFrame, out: np.ndarray) -> None:
     """A decoded frame into `out` (I420 of its size), converted by libswscale unless it is already
     8-bit 4:2:0 BT.601 limited range (then its planes are copied as they are)."""
-    if (
-        frame.format.name != "yuv420p"
-        or frame.colorspace not in _BT601
-        or frame.color_range == _JPEG_RANGE
-    ):
+    if not plain_bt601(frame):
         frame = frame.reformat(format="yuv420p", dst_colorspace="ITU601", dst_color_range="MPEG")
     for plane, view in zip(frame.planes, planes(out), strict=True):
         rows, cols = view.shape
