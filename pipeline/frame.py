@@ -42,10 +42,15 @@ class Frame:
     inline: dict[str, np.ndarray] | None = None
     """A frame outside the daemon (a benchmark's hand-written loop, a test): its regions as plain
     arrays, in place of the pool; None: use the pool."""
+    scratch: dict[str, np.ndarray] | None = None
+    """Regions that live in this process only and never travel (the model input that a fused stage's
+    preprocess writes for its own inference: `stages.preprocess`); looked up before the pool."""
 
     def region(self, name: str) -> np.ndarray:
         """Region `name` (image, input, output) of this frame's slot: a view of shared memory, or
-        the array `inline` holds."""
+        the array `inline` (or `scratch`) holds."""
+        if self.scratch is not None and name in self.scratch:
+            return self.scratch[name]
         if self.inline is not None:
             try:
                 return self.inline[name]
@@ -56,6 +61,8 @@ class Frame:
         return self.pool.view(self.slot, name)
 
     def has_region(self, name: str) -> bool:
+        if self.scratch is not None and name in self.scratch:
+            return True
         if self.inline is not None:
             return name in self.inline
         return self.pool is not None and self.pool.has(name)

@@ -39,6 +39,9 @@ class SourceOptions:
     """A frame this old when it reaches inference is dropped (drop policies only)."""
     latency_budget_ms: float | None = None
     """Frames output later than this end to end are counted and logged."""
+    max_waiting: int | None = None
+    """At most this many of its frames wait in the hub for the first stage (drop policies only):
+    beyond it the policy drops the oldest or the newest waiting frame; None: no bound."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", Policy(self.policy))  # "drop_oldest" as well as the enum
@@ -47,6 +50,11 @@ class SourceOptions:
     def staleness_ms(self) -> float | None:
         """The staleness limit in force: none under `block`, which drops nothing."""
         return None if self.policy == Policy.BLOCK else self.max_staleness_ms
+
+    @property
+    def waiting_limit(self) -> int | None:
+        """The bound on frames waiting in the hub in force: none under `block`, which drops nothing."""
+        return None if self.policy == Policy.BLOCK else self.max_waiting
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
-from framewire.engines.registry import OpenOptions, device_of, infer_workers, open_engine, preflight
+from framewire.engines.registry import OpenOptions, choose_backend, device_of, infer_workers, open_engine, preflight
 from framewire.config import (
     Config, JsonlOutput, SourceBase, SourceConfig, VideoFileOutput, ZmqOutput, output_name, resolve_path,
 )  # fmt: skip
+from framewire.config.engine import Backend
 from framewire.config.job import resume_problem
 from framewire.media import yuv
 from framewire.media.jpeg import jpeg_encoder
@@ -131,8 +132,16 @@ def _step(config: Config, index: int) -> Step:
     return resolve_step(config.steps[index], index, config.engine, audio_rate(config))
 
 
-def _preprocess(config: Config) -> Stage:
-    return _scheduled(config, Preprocess(build_task(config)))
+def _preprocess(config: Config, own_input: int = 0) -> Stage:
+    return _scheduled(config, Preprocess(build_task(config), own_input))
+
+
+def own_model_input(config: Config) -> bool:
+    """Whether the model input lives in the infer worker's own memory, not in the frame pool: when
+    preprocess runs in the infer process (`stages.fuse`) and the engine does not read the pool as
+    pinned memory (TensorRT does). The pool then has no `input` region (for YuNet at 640x288, 2.2
+    MB a slot against 0.5 MB of the frame), and the model reads a buffer still in the cache."""
+    return config.stages.fuse and choose_backend(config.engine, quiet=True).backend is not Backend.TENSORRT
 
 
 def _engine(config: Config, index: int = 0) -> Engine:
@@ -214,7 +223,7 @@ def _composite(config: Config) -> CompositeStage:
 def _fused(config: Config) -> Fused:
     stages: list[tuple[str, Any]] = [
         *((step.stage, _step(config, i)) for i, step in enumerate(config.steps)),
-        (PREPROCESS, _preprocess(config)),
+        (PREPROCESS, _preprocess(config, max(1, config.engine.max_batch) if own_model_input(config) else 0)),
         (INFER, _infer(config)),
         (POSTPROCESS, _postprocess(config)),
     ]
@@ -256,10 +265,9 @@ def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict
     """The frame pool regions of a source: its frames, the model input, and the composited frame."""
     width, height = int(info["width"]), int(info["height"])
     spec = build_task(config).input_spec(width, height)
-    regions: dict[str, tuple[tuple[int, ...], str]] = {
-        "image": ((height, width, 3), "uint8"),
-        "input": (tuple(int(d) for d in spec.shape), str(spec.dtype)),  # type: ignore[arg-type]
-    }
+    regions: dict[str, tuple[tuple[int, ...], str]] = {"image": ((height, width, 3), "uint8")}
+    if not own_model_input(config):
+        regions["input"] = (tuple(int(d) for d in spec.shape), str(spec.dtype))  # type: ignore[arg-type]
     if yuv_frames(config) and width % 2 == 0 and height % 2 == 0:
         regions["image"] = (yuv.shape(width, height), "uint8")
     if config.composite:
@@ -449,6 +457,11 @@ def resume_targets(config: Config, source_id: str) -> ResumeTargets:
     return ResumeTargets(jsonl, video)
 
 
+MAX_WAITING = 4
+"""`max_waiting` of a live source that does not set it: frames of one stream queued in the hub behind
+every other stream's when the machine is busy (docs/benchmarks.md, "framewire's own cost")."""
+
+
 def source_plan(
     source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16, resume: ResumeTargets | None = None
 ) -> SourcePlan:
@@ -466,6 +479,7 @@ def source_plan(
             max_frames=source.max_frames,
             max_staleness_ms=source.max_staleness_ms,
             latency_budget_ms=source.latency_budget_ms,
+            max_waiting=source.max_waiting if source.max_waiting is not None else MAX_WAITING,
         ),
     )
 

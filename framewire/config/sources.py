@@ -81,6 +81,14 @@ class SourceBase(_Model):
         description="Drop (and count, reason stale) a frame that reaches inference this long after "
         "it was read; needs a drop policy.",
     )
+    max_waiting: int | None = Field(
+        default=None,
+        ge=1,
+        description="Frames of a live source that may wait in the hub for an inference worker; past "
+        "it the policy drops the oldest waiting frame (drop_oldest) or the newest (drop_newest), "
+        "counted as dropped, so a busy machine never queues a stream's frames toward its staleness "
+        "limit. Unset: 4 under a drop policy; needs a drop policy.",
+    )
     latency_budget_ms: float | None = Field(
         default=None,
         gt=0,
@@ -230,6 +238,8 @@ class SourceConfig(SourceBase):
             raise ValueError(
                 "max_staleness_ms: needs policy drop_oldest or drop_newest (block drops nothing)"
             )
+        if self.max_waiting is not None and self.policy == Policy.BLOCK:
+            raise ValueError("max_waiting: needs policy drop_oldest or drop_newest (block drops nothing)")
         if (
             self.max_staleness_ms is not None
             and self.latency_budget_ms is not None

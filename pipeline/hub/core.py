@@ -107,6 +107,7 @@ class Hub:
             self._next_tick = now + TICK_MS / 1000.0
             self._tick(now)
         self.router.dispatch(self.roster.of, self._send_work, self._send_end, time.monotonic())
+        self.inputs.drop_waiting(self.router.trim())
         return ticked
 
     def all_done(self) -> bool:

@@ -25,11 +25,11 @@ import numpy as np
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
 from framewire.pipeline.wire.framepool import FramePool, PoolLayout, pool_name
-from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.plan import Plan, Policy, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
 from framewire.pipeline.hub.peers import DecodeWorker
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
-from framewire.pipeline.hub.routing import Router
+from framewire.pipeline.hub.routing import FrameState, Router
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,9 @@ class Inputs:
         record = SourceRecord(source)
         self.sources[source.source_id] = record
         self.router.open(source.source_id)
+        options = source.options
+        if options.waiting_limit is not None:
+            self.router.bound(source.source_id, options.waiting_limit, keep_newest=options.policy == Policy.DROP_OLDEST)
         record.worker = self.lifecycle.start_decode(source, self._next_index)
         self._next_index += 1
         return record
@@ -268,6 +271,15 @@ class Inputs:
         record.stale += 1
         if state is not None:
             record.give_slot(state.slot)
+
+    def drop_waiting(self, states: list[FrameState]) -> None:
+        """Frames a live source's `max_waiting` dropped while they waited for the first stage
+        (Router.trim): counted as dropped by its policy; their slots go back."""
+        for state in states:
+            record = self.sources.get(state.head.key.source)
+            if record is not None:
+                record.dropped += 1
+                record.give_slot(state.slot)
 
     # --- slots, stops, retirement -----------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
+from framewire.pipeline.names import INFER
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class FrameState:
     """Index of the middle stage it is at; len(stages) once it is past them."""
     refs: int = 0
     """Outputs still to write it."""
+    held: bool = False
+    """A worker holds it (sent, not answered): not waiting in a queue."""
 
     @property
     def slot(self) -> int:
@@ -83,6 +86,10 @@ class _Flow:
     next_out: int = 0
     reorder: dict[int, FrameKey | None] = field(default_factory=dict)
     """Frames done with the middle stages, by seq; None: dropped, nothing to output."""
+    bound: tuple[int, bool] | None = None
+    """(most, keep_newest): at most that many of its frames wait for a stage up to inference (`trim`)."""
+    waiting: deque[FrameKey] = field(default_factory=deque)
+    """A bounded source's frames that have not yet passed inference (waiting or held), in seq order."""
 
     @property
     def ended(self) -> bool:
@@ -127,6 +134,8 @@ class Router:
         self.flows: dict[str, _Flow] = {}
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
+        self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0
+        """The last stage a bounded source's frames count as waiting at (`trim`): inference."""
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -182,8 +191,35 @@ class Router:
             log.warning("source %s: frame seq %s, expected %s", key.source, key.seq, flow.received)
         flow.received = key.seq + 1
         self.frames[key] = FrameState(head, header, tensors)
+        if flow.bound is not None and self.stages:
+            flow.waiting.append(key)
         self._advance(key)
         return key
+
+    def bound(self, source: str, most: int, *, keep_newest: bool) -> None:
+        """At most `most` frames of `source` wait for a worker up to inference (`trim`): a live source
+        under a drop policy, which drops the oldest (`keep_newest`) or the newest beyond it."""
+        self.flows[source].bound = (most, keep_newest)
+
+    def trim(self) -> list[FrameState]:
+        """The frames of bounded sources that still wait after `dispatch` for a stage up to
+        inference, beyond their bound: dropped. Without it a busy machine queues every stream's
+        frames and each waits for all of them: latency grows to the staleness limit, and a frame is
+        dropped only after its trip to a worker. Returns the dropped frames' states (slots free)."""
+        dropped: list[FrameState] = []
+        frames, upto = self.frames, self._model_pos
+        for flow in self.flows.values():
+            if flow.bound is None or len(flow.waiting) <= flow.bound[0]:
+                continue
+            most, keep_newest = flow.bound
+            # Those before the model stay listed (a worker holding one may hand it on to a queue).
+            flow.waiting = deque(k for k in flow.waiting if (s := frames.get(k)) is not None and s.stage_pos <= upto)
+            waiting = [k for k in flow.waiting if not frames[k].held]
+            for key in (waiting[: len(waiting) - most] if keep_newest else waiting[most:]):
+                state = self.drop(key)
+                if state is not None:
+                    dropped.append(state)
+        return dropped
 
     def at(self, key: FrameKey, stage: str) -> FrameState | None:
         """The frame's state if it is at middle stage `stage` (else a late or duplicate answer)."""
@@ -201,6 +237,7 @@ class Router:
         state.header = header
         state.tensors = tensors
         state.stage_pos += 1
+        state.held = False
         self._advance(key)
         return True
 
@@ -254,6 +291,8 @@ class Router:
         ordered stage: back to their gates, and its sources stick to another worker)."""
         lost = sorted(peer.inflight, key=lambda k: (k.seq, k.source), reverse=True)
         back = [key for key in lost if self.at(key, stage) is not None]
+        for key in back:
+            self.frames[key].held = False
         if stage in self.gates:
             for gate in self.gates[stage].values():
                 if gate.peer is peer:
@@ -400,6 +439,7 @@ class Router:
 def _send(peer: Assignee, key: FrameKey, state: FrameState, send_work: SendWork, now: float) -> bool:
     if not send_work(peer, key, state):
         return False
+    state.held = True
     peer.credits -= 1
     peer.inflight[key] = now
     return True

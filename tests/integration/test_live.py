@@ -269,6 +269,23 @@ def test_drop_policy_keeps_latency_bounded_and_counts_drops(tmp_path: Path, poli
     assert latency[int(0.99 * (len(latency) - 1))] < 0.6  # four slots of 40 ms, and some slack
 
 
+def test_max_waiting_keeps_a_live_sources_queue_short_with_slots_to_spare(tmp_path: Path) -> None:
+    # Sixteen slots would let 16 frames of 40 ms queue (640 ms); one may wait, the rest is dropped.
+    options = {"policy": "drop_oldest", "max_waiting": 1}
+    report = Supervisor(_policy_plan(tmp_path, options, infer_s=0.04, slots=16)).run()
+    assert report.exit_code == 0, report.error
+    recs = records(tmp_path, "live")
+    assert report.dropped["live"] > N_FRAMES // 3 and report.stale["live"] == 0
+    assert len(recs) + report.dropped["live"] == N_FRAMES  # every frame read is output or counted
+    seqs = [r["seq"] for r in recs]
+    assert seqs == sorted(set(seqs)) and len(seqs) < max(seqs) + 1  # dropped in the hub: gaps in seq
+    pixels = [r["pixel"] for r in recs]
+    assert all(b > a for a, b in zip(pixels, pixels[1:]))  # later frames only, in order
+    latency = _latencies(recs)
+    # At most one waits, two are at inference and two just past preprocess: 5 x 40 ms, and slack.
+    assert latency[len(latency) // 2] < 0.3 and latency[int(0.99 * (len(latency) - 1))] < 0.5
+
+
 def test_block_policy_drops_nothing(tmp_path: Path) -> None:
     options = {"policy": "block", "max_staleness_ms": 1}  # a staleness budget means nothing to block
     report = Supervisor(_policy_plan(tmp_path, options, infer_s=0.02, slots=4)).run()

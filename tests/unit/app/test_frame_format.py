@@ -71,3 +71,19 @@ def test_a_console_preview_of_an_i420_frame_is_its_picture() -> None:
     back = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     assert back.shape == (136, 320, 3)
     assert back[:, 200:, 2].mean() > 200 and back[:, 200:, 0].mean() < 40 and back[:, :120].mean() < 20
+
+
+def test_a_fused_job_keeps_the_model_input_in_the_infer_worker_unless_tensorrt_reads_the_pool() -> None:
+    from framewire.app.compose import own_model_input
+
+    assert not own_model_input(_config())  # stages apart: preprocess hands the input on in the slot
+    fused = _config(fuse=True)
+    assert own_model_input(fused)
+    layout = slot_layout(fused, "a", {"width": 640, "height": 272})
+    assert "input" not in layout and layout["image"] == ((408, 640), "uint8")
+    trt = validate_config({
+        "sources": [{"id": "a", "uri": BIKES}], "model": YUNET, "engine": {"backend": "tensorrt"},
+        "stages": {"fuse": True}, "outputs": [JSONL],
+    }, "test.yaml")  # fmt: skip
+    assert not own_model_input(trt)  # TensorRT copies the input straight from the pool, pinned
+    assert slot_layout(trt, "a", {"width": 640, "height": 272})["input"][0] == (1, 3, 288, 640)

@@ -59,6 +59,19 @@ def test_all_live_keys_load() -> None:
     assert source.reconnect.max_attempts == 5 and source.ffmpeg_options == {"use_libv4l2": "1"}
 
 
+def test_a_live_source_bounds_its_waiting_frames_and_a_file_does_not() -> None:
+    from framewire.app.compose import MAX_WAITING, source_plan
+
+    cam, own, file = load(
+        "  - {id: cam, uri: 'rtsp://h/s'}\n"
+        "  - {id: own, uri: 'rtsp://h/t', policy: drop_newest, max_waiting: 1}\n"
+        "  - {id: file, uri: clip.mp4}\n"
+    ).sources
+    assert source_plan(cam).options.waiting_limit == MAX_WAITING
+    assert source_plan(own).options.waiting_limit == 1
+    assert source_plan(file).options.waiting_limit is None  # block: every frame waits its turn
+
+
 def test_a_latency_budget_goes_with_any_policy() -> None:
     cam, file = load(
         "  - {id: cam, uri: 'rtsp://h/s', max_staleness_ms: 400, latency_budget_ms: 2000}\n"
@@ -79,6 +92,8 @@ def test_a_latency_budget_goes_with_any_policy() -> None:
         ("{id: a, uri: clip.mp4, max_staleness_ms: 50}", "max_staleness_ms: needs policy"),
         ("{id: a, uri: 'rtsp://h/s', max_staleness_ms: 0}", "sources.0.max_staleness_ms: Input should be greater than 0"),
         ("{id: a, uri: 'rtsp://h/s', realtime: true}", "realtime: only for files"),
+        ("{id: a, uri: clip.mp4, max_waiting: 2}", "sources.0.max_waiting: needs policy drop_oldest or drop_newest"),
+        ("{id: a, uri: 'rtsp://h/s', max_waiting: 0}", "sources.0.max_waiting: Input should be greater than or equal to 1"),
         ("{id: a, uri: 'rtsp://h/s', max_staleness_ms: 500, latency_budget_ms: 500}",
          "sources.0: max_staleness_ms (500) must be below latency_budget_ms (500)"),
         ("{id: a, uri: 'rtsp://h/s', latency_budget_ms: -1}", "sources.0.latency_budget_ms: Input should be greater than 0"),

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from framewire.pipeline.hub.core import Hub
-from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.plan import Plan, Policy, Report, SourceOptions, SourcePlan
 from framewire.pipeline.wire import messages as msg
 
 pytestmark = pytest.mark.timeout(30)
@@ -56,9 +56,10 @@ def unused() -> Any:
 
 
 @pytest.fixture()
-def hub(tmp_path: Path) -> Iterator[tuple[Hub, Recorder, dict[str, zmq.Socket]]]:
+def hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Hub, Recorder, dict[str, zmq.Socket]]]:
+    options = getattr(request, "param", SourceOptions())  # the source's, where a test says (indirect)
     plan = Plan(middle=(("infer", 1, unused),), outputs=(("out", unused),),
-                sources=(SourcePlan("cam", functools.partial(unused)),),
+                sources=(SourcePlan("cam", functools.partial(unused), options),),
                 slot_layout=lambda source, info: {"image": ((4, 4, 3), "uint8")})  # fmt: skip
     observer = Recorder()
     hub = Hub(plan, f"ipc://{tmp_path}/hub.sock", observer, Report(), start=lambda target, spec: Process(),
@@ -152,6 +153,26 @@ def test_freed_slots_go_back_together_once_the_source_holds_fewer_than_half(hub:
     assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(9))
     record = hub.inputs.sources["cam"]
     assert (record.spare, record.held) == (16, [])
+
+
+@pytest.mark.parametrize("hub", [SourceOptions(policy=Policy.DROP_OLDEST, max_waiting=1)], indirect=True)
+def test_a_live_sources_frames_beyond_max_waiting_are_dropped_and_their_slots_go_back(hub: Any) -> None:
+    hub, _, w = hub
+    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 1})
+    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
+    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
+    assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(16))
+    now = time.time()
+    for seq in range(4):  # the worker takes one; of the three behind it, the newest waits
+        send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": seq, "slot": seq, "pts": seq,
+                           "ts": {"decode": [now, now]}})  # fmt: skip
+    first = received(w["infer"], msg.WORK, hub)
+    record = hub.inputs.sources["cam"]
+    until(hub, lambda: record.dropped == 2)
+    assert first["seq"] == 0 and sorted(record.held) == [1, 2]  # their slots, freed at once
+    send(w["infer"], {**first, "type": msg.RESULT, "stage": "infer"})
+    assert received(w["infer"], msg.WORK, hub)["seq"] == 3
+    assert [received(w["out"], msg.WORK, hub)["seq"]] == [0]
 
 
 def test_a_frame_the_hub_cannot_read_is_dropped_and_counted(hub: Any) -> None:

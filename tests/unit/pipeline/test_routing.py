@@ -34,6 +34,9 @@ class Worker:
     def starting(self) -> bool:
         return not self.ready and not self.finished
 
+    def inflight_keys(self) -> list[FrameKey]:
+        return sorted(self.inflight, key=lambda k: k.seq)
+
     def answer(self, key: FrameKey) -> None:
         del self.inflight[key]
         self.credits += 1
@@ -318,3 +321,110 @@ def test_a_resumed_source_goes_on_from_its_first_seq() -> None:
     hub.dispatch()
     assert [k.seq for k in out.got if isinstance(k, FrameKey)] == [40, 41, 42]
     assert out.got[-1] == EndOfStream("a") and hub.router.ended("a")
+
+
+# --- a live source's frames waiting for the first stage (Router.bound / trim) ---------------------
+
+
+def _live_hub(most: int, *, keep_newest: bool = True, ordered: tuple[str, ...] = ()) -> Hub:
+    hub = Hub(ordered=ordered)
+    hub.router.open("cam")
+    hub.router.bound("cam", most, keep_newest=keep_newest)
+    return hub
+
+
+def test_frames_beyond_the_bound_drop_the_oldest_waiting_and_the_order_steps_over_them() -> None:
+    hub = _live_hub(2)
+    pre = hub.workers["pre"][0]
+    hub.admit("cam", range(6))
+    hub.dispatch()  # the worker takes two (its credits); four wait
+    dropped = hub.router.trim()
+    assert [s.head.key.seq for s in dropped] == [2, 3]  # the oldest waiting, not those the worker holds
+    assert pre.got == [FrameKey("cam", 0), FrameKey("cam", 1)]
+    for _ in range(4):  # every worker answers what it holds, until the frames are through
+        for stage in ("pre", "infer"):
+            worker = hub.workers[stage][0]
+            for key in list(worker.inflight_keys()):
+                hub.finish(worker, stage, key)
+        out = hub.workers["out"][0]
+        for key in list(out.inflight_keys()):
+            hub.write(out, key)
+        hub.dispatch()
+    assert pre.got == [FrameKey("cam", s) for s in (0, 1, 4, 5)]  # the freshest two went on
+    assert out.got == [FrameKey("cam", s) for s in (0, 1, 4, 5)]  # in order, the dropped stepped over
+
+
+def test_drop_newest_keeps_what_waits_and_drops_what_came_last() -> None:
+    hub = _live_hub(1, keep_newest=False)
+    hub.admit("cam", range(5))
+    hub.dispatch()
+    assert [s.head.key.seq for s in hub.router.trim()] == [3, 4]
+    assert hub.router.depth("pre") == 3  # the dropped keys are stepped over when they come up
+    hub.finish(hub.workers["pre"][0], "pre", FrameKey("cam", 0))
+    hub.dispatch()
+    assert hub.workers["pre"][0].got[-1] == FrameKey("cam", 2)
+
+
+def test_no_frame_is_dropped_while_a_worker_could_take_it() -> None:
+    # trim runs after dispatch: a burst the workers can take at once loses nothing.
+    hub = _live_hub(1)
+    hub.workers["pre"][0].credits = 8
+    hub.admit("cam", range(6))
+    hub.dispatch()
+    assert hub.router.trim() == []
+    assert len(hub.workers["pre"][0].got) == 6
+
+
+def test_frames_given_back_by_a_dead_worker_wait_like_the_others_and_the_freshest_stays() -> None:
+    hub = _live_hub(1)
+    pre = hub.workers["pre"][0]
+    hub.admit("cam", range(2))
+    hub.dispatch()
+    pre.finished = True
+    back = hub.router.requeue("pre", pre)
+    assert sorted(k.seq for k in back) == [0, 1]
+    hub.admit("cam", [2])
+    hub.dispatch()  # no worker is up: all three wait
+    assert [s.head.key.seq for s in hub.router.trim()] == [0, 1]
+    spare = Worker("pre1")
+    hub.workers["pre"] = [spare]
+    hub.dispatch()
+    assert spare.got == [FrameKey("cam", 2)]
+
+
+def test_unbounded_sources_and_later_stages_are_never_trimmed() -> None:
+    hub = Hub()
+    hub.router.open("file")
+    hub.admit("file", range(10))
+    hub.dispatch()
+    assert hub.router.trim() == []
+    assert hub.router.depth("pre") == 8
+
+
+def test_a_bound_on_an_ordered_first_stage_skips_the_dropped_seqs() -> None:
+    hub = _live_hub(1, ordered=("pre",))
+    pre = hub.workers["pre"][0]
+    pre.credits = 1
+    hub.admit("cam", range(4))
+    hub.dispatch()
+    assert [s.head.key.seq for s in hub.router.trim()] == [1, 2]
+    hub.finish(pre, "pre", FrameKey("cam", 0))
+    hub.dispatch()
+    assert pre.got == [FrameKey("cam", 0), FrameKey("cam", 3)]
+
+
+def test_frames_that_passed_a_stage_before_the_model_still_wait_for_it_and_count() -> None:
+    hub = _live_hub(1)
+    pre, infer = hub.workers["pre"][0], hub.workers["infer"][0]
+    pre.credits, infer.credits = 8, 1
+    hub.admit("cam", range(4))
+    hub.dispatch()
+    assert hub.router.trim() == []  # all four held by the preprocess worker: none waits
+    for seq in range(4):
+        hub.finish(pre, "pre", FrameKey("cam", seq))
+    hub.dispatch()  # infer takes 0; 1, 2 and 3 wait for it
+    assert [s.head.key.seq for s in hub.router.trim()] == [1, 2]
+    hub.finish(infer, "infer", FrameKey("cam", 0))
+    hub.dispatch()
+    assert infer.got == [FrameKey("cam", 0), FrameKey("cam", 3)]
+    assert hub.router.trim() == []  # past the model, frames wait for the outputs unbounded

@@ -160,3 +160,29 @@ def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
     stage = fused.middle[0][2]()
     assert isinstance(stage, Fused) and stage.names == ("preprocess", "infer", "postprocess", "composite")
 
+
+
+def test_a_fused_preprocess_writes_the_model_input_into_its_own_buffers_with_the_same_pixels() -> None:
+    import numpy as np
+
+    from framewire.stages.preprocess import Preprocess
+    from framewire.stages.tasks import resolve_task
+
+    task = resolve_task("face_detection", {})
+    rng = np.random.default_rng(7)
+    images = [rng.integers(0, 256, (272, 640, 3), dtype=np.uint8) for _ in range(3)]
+    own = Preprocess(task, own_input=2)
+    seen: list[np.ndarray] = []
+    for seq, image in enumerate(images):
+        pooled = Frame("cam", seq, pts=seq, time_s=0.0, width=640, height=272,
+                       inline={"image": image, "input": np.zeros((1, 3, 288, 640), np.float32)})  # fmt: skip
+        for _ in Preprocess(task).process(pooled):
+            pass
+        mine = Frame("cam", seq, pts=seq, time_s=0.0, width=640, height=272, inline={"image": image})
+        for _ in own.process(mine):
+            pass
+        assert mine.scratch is not None and "scratch" not in str(mine.to_header())
+        assert np.array_equal(mine.region("input"), pooled.region("input")) and mine.meta == pooled.meta
+        seen.append(mine.region("input"))
+    # Two buffers in turn: a batch of two frames gets one each, and the third reuses the first's.
+    assert seen[0] is not seen[1] and seen[2] is seen[0]
