@@ -40,8 +40,9 @@ class SourceOptions:
     latency_budget_ms: float | None = None
     """Frames output later than this end to end are counted and logged."""
     max_waiting: int | None = None
-    """At most this many of its frames wait in the hub for the first stage (drop policies only):
-    beyond it the policy drops the oldest or the newest waiting frame; None: no bound."""
+    """Its share of the frames that may wait in the hub for a worker up to inference (drop policies
+    only): the live sources' shares add up, and past their sum the source furthest over its own
+    drops its oldest or newest waiting frame (pipeline.hub.routing `trim`); None: no bound."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", Policy(self.policy))  # "drop_oldest" as well as the enum

@@ -84,10 +84,11 @@ class SourceBase(_Model):
     max_waiting: int | None = Field(
         default=None,
         ge=1,
-        description="Frames of a live source that may wait in the hub for an inference worker; past "
-        "it the policy drops the oldest waiting frame (drop_oldest) or the newest (drop_newest), "
-        "counted as dropped, so a busy machine never queues a stream's frames toward its staleness "
-        "limit. Unset: 4 under a drop policy; needs a drop policy.",
+        description="Frames of a live source that may wait in the hub for a worker up to inference. "
+        "The live sources' bounds add up: past their sum, the source furthest over its own drops "
+        "its oldest waiting frame (drop_oldest) or its newest (drop_newest), counted as dropped, so "
+        "a busy machine never queues the streams' frames toward their staleness limit. Unset: 4 "
+        "under a drop policy; needs a drop policy.",
     )
     latency_budget_ms: float | None = Field(
         default=None,

@@ -197,28 +197,36 @@ class Router:
         return key
 
     def bound(self, source: str, most: int, *, keep_newest: bool) -> None:
-        """At most `most` frames of `source` wait for a worker up to inference (`trim`): a live source
-        under a drop policy, which drops the oldest (`keep_newest`) or the newest beyond it."""
+        """`most` frames of `source` may wait for a worker up to inference (`trim`: the bounds of all
+        such sources add up): a live source under a drop policy, which drops its oldest waiting frame
+        (`keep_newest`) or its newest when it is the furthest over."""
         self.flows[source].bound = (most, keep_newest)
 
     def trim(self) -> list[FrameState]:
-        """The frames of bounded sources that still wait after `dispatch` for a stage up to
-        inference, beyond their bound: dropped. Without it a busy machine queues every stream's
-        frames and each waits for all of them: latency grows to the staleness limit, and a frame is
-        dropped only after its trip to a worker. Returns the dropped frames' states (slots free)."""
-        dropped: list[FrameState] = []
+        """Frames of bounded sources that still wait after `dispatch` for a stage up to inference,
+        beyond what their bounds add up to: dropped, each from the source furthest over its own
+        bound (its oldest waiting frame, or its newest under drop_newest). Without it a busy machine
+        queues every stream's frames and each waits for all of them: latency grows to the staleness
+        limit, and a frame is dropped only after its trip to a worker. Bounds shared this way let a
+        stream whose decoder fell behind catch up with a burst while the others wait less, instead
+        of losing the burst. Returns the dropped frames' states (their slots are free)."""
+        bounded = [(flow, flow.bound) for flow in self.flows.values() if flow.bound is not None]
+        if not any(len(flow.waiting) > most for flow, (most, _) in bounded):
+            return []
         frames, upto = self.frames, self._model_pos
-        for flow in self.flows.values():
-            if flow.bound is None or len(flow.waiting) <= flow.bound[0]:
-                continue
-            most, keep_newest = flow.bound
+        waiting: list[tuple[int, bool, list[FrameKey]]] = []
+        for flow, (most, keep_newest) in bounded:
             # Those before the model stay listed (a worker holding one may hand it on to a queue).
             flow.waiting = deque(k for k in flow.waiting if (s := frames.get(k)) is not None and s.stage_pos <= upto)
-            waiting = [k for k in flow.waiting if not frames[k].held]
-            for key in (waiting[: len(waiting) - most] if keep_newest else waiting[most:]):
-                state = self.drop(key)
-                if state is not None:
-                    dropped.append(state)
+            waiting.append((most, keep_newest, [k for k in flow.waiting if not frames[k].held]))
+        over = sum(len(keys) - most for most, _, keys in waiting)
+        dropped: list[FrameState] = []
+        while over > 0:
+            _, keep_newest, keys = max(waiting, key=lambda item: len(item[2]) - item[0])
+            state = self.drop(keys.pop(0) if keep_newest else keys.pop())
+            if state is not None:
+                dropped.append(state)
+            over -= 1
         return dropped
 
     def at(self, key: FrameKey, stage: str) -> FrameState | None:

@@ -358,7 +358,7 @@ def test_drop_newest_keeps_what_waits_and_drops_what_came_last() -> None:
     hub = _live_hub(1, keep_newest=False)
     hub.admit("cam", range(5))
     hub.dispatch()
-    assert [s.head.key.seq for s in hub.router.trim()] == [3, 4]
+    assert [s.head.key.seq for s in hub.router.trim()] == [4, 3]
     assert hub.router.depth("pre") == 3  # the dropped keys are stepped over when they come up
     hub.finish(hub.workers["pre"][0], "pre", FrameKey("cam", 0))
     hub.dispatch()
@@ -428,3 +428,19 @@ def test_frames_that_passed_a_stage_before_the_model_still_wait_for_it_and_count
     hub.dispatch()
     assert infer.got == [FrameKey("cam", 0), FrameKey("cam", 3)]
     assert hub.router.trim() == []  # past the model, frames wait for the outputs unbounded
+
+
+def test_the_bounds_of_live_sources_add_up_and_the_longest_queue_drops_first() -> None:
+    hub = _live_hub(2)
+    hub.router.open("cam2")
+    hub.router.bound("cam2", 2, keep_newest=True)
+    hub.workers["pre"][0].credits = 0  # nothing is taken: every frame admitted waits
+    hub.admit("cam", range(4))  # a decoder that fell behind hands over a burst
+    hub.dispatch()
+    assert hub.router.trim() == []  # four waiting, room for four: the burst is kept
+    hub.admit("cam2", range(3))
+    hub.dispatch()
+    # Seven wait, room for four: cam, two over its share, loses its two oldest; then cam2 is the
+    # one over its share, and loses its oldest.
+    dropped = [(s.head.key.source, s.head.key.seq) for s in hub.router.trim()]
+    assert dropped == [("cam", 0), ("cam", 1), ("cam2", 0)]
