@@ -318,7 +318,9 @@ def test_an_rtsp_stream_with_its_own_audio_stays_in_sync(media: Path, tmp_path: 
     server = rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "bursts.wav"))
     try:
         source = (
-            f"sources=[{{id: cam, uri: 'rtsp://127.0.0.1:{port}/live', max_frames: 500, "
+            # max_waiting as many as its slots: under load the generator falls behind, and frames
+            # that waited past the default 4 would be dropped with their seq (max_frames counts them).
+            f"sources=[{{id: cam, uri: 'rtsp://127.0.0.1:{port}/live', max_frames: 500, max_waiting: 16, "
             "audio: {uri: self, missing: {policy: wait, wait_ms: 1000}}}]"
         )
         done = run_cli(

@@ -89,6 +89,7 @@ def test_rtsp_source_reconnects_while_a_file_source_keeps_going(tmp_path: Path) 
         uri=f"rtsp://user:secret@127.0.0.1:{port}/live",
         timeout_s=2,
         reconnect={"initial_s": 0.2, "max_s": 1.0},
+        max_waiting=16,  # as many as its slots: no frame of it is dropped in the hub, its seqs run on
     )
     other = SourceConfig(id="file", uri=str(clip), realtime=True)
     events: dict[str, float] = {}
