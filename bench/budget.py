@@ -352,8 +352,9 @@ def live_stats(job: Any, ran: Mapping[str, Any]) -> dict[str, Any]:
         "fps_median": harness.median(fps),
         "latency_p99_ms_max": max(p99) if p99 else None,
         "frames_output": sum(report.frames.values()),
-        "dropped_policy": sum(report.dropped.values()),
+        "dropped_policy": sum(report.dropped.values()) - sum(report.stale.values()) - sum(report.overflow.values()),
         "dropped_stale": sum(report.stale.values()),
+        "dropped_overflow": sum(report.overflow.values()),
         "frames_in_window": round(sum(fps) * ran["window_s"]),  # from each stream's kept rate
         "cpu_s": ran["cpu_s"],
         "window_s": ran["window_s"],

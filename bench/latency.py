@@ -232,6 +232,7 @@ def run_policy(
         output=report.frames.get(sid, 0),
         dropped=report.dropped.get(sid, 0),
         stale=report.stale.get(sid, 0),
+        overflow=report.overflow.get(sid, 0),
         failed=report.failed.get(sid, 0),
         first_out=marks.get("first_out"),
         stop=marks.get("stop", finished),
@@ -328,6 +329,7 @@ def run_stats(
     dropped: int,
     stale: int,
     failed: int,
+    overflow: int = 0,
     first_out: float | None,
     stop: float,
     fps: float,
@@ -352,11 +354,12 @@ def run_stats(
         "frames": {
             "read": read,
             "output": output,
-            "dropped_policy": dropped - stale,
+            "dropped_policy": dropped - stale - overflow,
             "dropped_stale": stale,
+            "dropped_overflow": overflow,
             "failed": failed,
-            # Every seq the source sent is either in the output or a stale drop.
-            "seqs_accounted": (max(seqs) + 1 <= output + stale) if seqs else None,
+            # Every seq the source sent is in the output or a drop in the hub (stale, overflow).
+            "seqs_accounted": (max(seqs) + 1 <= output + stale + overflow) if seqs else None,
         },
         "window_s": window,
         "output_fps": (sum(1 for t in done_times if first_out <= t <= stop) / window)
@@ -423,7 +426,8 @@ def verdict(stats: Mapping[str, Any]) -> dict[str, Any]:
     budget = stats.get("latency_budget_ms")
     p99 = stats["latency_ms"]["p99"]
     within = p99 <= budget if (p99 is not None and budget is not None) else None
-    counted = frames["read"] == frames["output"] + frames["dropped_policy"] + frames["dropped_stale"]
+    drops = frames["dropped_policy"] + frames["dropped_stale"] + frames.get("dropped_overflow", 0)
+    counted = frames["read"] == frames["output"] + drops
     counted = counted and frames.get("seqs_accounted") is not False
     if stats.get("exit_code"):
         return {"holds": False, "p99_within_budget": within, "drops_counted": counted,

@@ -186,6 +186,9 @@ class Report:
     stale: dict[str, int] = field(default_factory=dict)
     """Frames dropped because they reached inference after the source's max_staleness_ms (also in
     `dropped`, which counts every drop)."""
+    overflow: dict[str, int] = field(default_factory=dict)
+    """Frames of live sources dropped while they waited for a worker, beyond what their
+    `max_waiting` add up to (also in `dropped`)."""
     offline_s: dict[str, float] = field(default_factory=dict)
     """Seconds live sources spent reconnecting, in gaps that ended."""
     rejected: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -61,7 +61,7 @@ def source_line(source: Mapping[str, Any], name_width: int = 12) -> str:
     latency = f"p50 {p50:5.0f} ms  p99 {p99:5.0f} ms" if p50 is not None and p99 is not None else f"{'':23}"
     line = (f"  {str(source['id'])[:name_width]:<{name_width}}  {source.get('state', ''):<8}"
             f" {float(source.get('fps') or 0.0):6.1f} fps  {latency}  {source.get('frames', 0)} frames")  # fmt: skip
-    dropped = int(source.get("dropped", 0)) + int(source.get("stale", 0))
+    dropped = int(source.get("dropped", 0)) + int(source.get("stale", 0)) + int(source.get("overflow", 0))
     if dropped:
         line += f"  {dropped} dropped"
     if source.get("reconnects"):

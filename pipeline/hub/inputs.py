@@ -66,6 +66,9 @@ class SourceRecord:
     error: str | None = None
     # Live sources: decode's STATS (increments) and the stale drops counted here.
     stale: int = 0
+    overflow: int = 0
+    """Frames dropped in the hub because more of the live sources' frames waited than their
+    `max_waiting` add up to (Router.trim); like stale ones, their seqs are gaps in the output."""
     reconnects: int = 0
     offline_s: float = 0.0
     online: bool = True
@@ -120,8 +123,9 @@ class SourceRecord:
         report.frames[sid] = self.done_frames
         report.read[sid] = self.read if self.read is not None else self.done_frames
         report.failed[sid] = self.failed
-        report.dropped[sid] = self.dropped + self.stale
+        report.dropped[sid] = self.dropped + self.stale + self.overflow
         report.stale[sid] = self.stale
+        report.overflow[sid] = self.overflow
         report.reconnects[sid] = self.reconnects
         report.offline_s[sid] = round(self.offline_s, 3)
         if self.rejected:
@@ -273,12 +277,12 @@ class Inputs:
             record.give_slot(state.slot)
 
     def drop_waiting(self, states: list[FrameState]) -> None:
-        """Frames a live source's `max_waiting` dropped while they waited for the first stage
-        (Router.trim): counted as dropped by its policy; their slots go back."""
+        """Frames dropped while they waited for a worker, past the live sources' `max_waiting`
+        (Router.trim): counted, reason "overflow"; their slots go back."""
         for state in states:
             record = self.sources.get(state.head.key.source)
             if record is not None:
-                record.dropped += 1
+                record.overflow += 1
                 record.give_slot(state.slot)
 
     # --- slots, stops, retirement -----------------------------------------------------------------
@@ -382,6 +386,7 @@ class Inputs:
             "read": record.read if record.read is not None else self.router.received(sid),
             "dropped": record.dropped,
             "stale": record.stale,
+            "overflow": record.overflow,
             "over_budget": record.over_budget,
             "failed": record.failed,
             "reconnects": record.reconnects,

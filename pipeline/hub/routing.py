@@ -134,8 +134,7 @@ class Router:
         self.flows: dict[str, _Flow] = {}
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
-        self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0
-        """The last stage a bounded source's frames count as waiting at (`trim`): inference."""
+        self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0  # trim's last stage
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -203,13 +202,11 @@ class Router:
         self.flows[source].bound = (most, keep_newest)
 
     def trim(self) -> list[FrameState]:
-        """Frames of bounded sources that still wait after `dispatch` for a stage up to inference,
-        beyond what their bounds add up to: dropped, each from the source furthest over its own
-        bound (its oldest waiting frame, or its newest under drop_newest). Without it a busy machine
-        queues every stream's frames and each waits for all of them: latency grows to the staleness
-        limit, and a frame is dropped only after its trip to a worker. Bounds shared this way let a
-        stream whose decoder fell behind catch up with a burst while the others wait less, instead
-        of losing the burst. Returns the dropped frames' states (their slots are free)."""
+        """Frames of bounded sources still waiting after `dispatch` for a stage up to inference,
+        past what their bounds add up to: dropped, each from the source furthest over its own (its
+        oldest waiting frame; its newest under drop_newest). Else a busy machine queues every
+        stream's frames to the staleness limit, and drops them only after a trip to a worker; shared
+        bounds let a stream whose decoder fell behind keep a burst. Returns the dropped states."""
         bounded = [(flow, flow.bound) for flow in self.flows.values() if flow.bound is not None]
         if not any(len(flow.waiting) > most for flow, (most, _) in bounded):
             return []

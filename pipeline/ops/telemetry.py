@@ -192,6 +192,7 @@ class Gauges:
             dropped = families["framewire_dropped_frames_total"]
             dropped[(("reason", "policy"), ("source", sid))] = float(record.dropped)
             dropped[(("reason", "stale"), ("source", sid))] = float(record.stale)
+            dropped[(("reason", "overflow"), ("source", sid))] = float(record.overflow)
             families["framewire_source_up"][key] = 0.0 if ended else 1.0
             families["framewire_reconnects_total"][key] = float(record.reconnects)
             families["framewire_source_offline_seconds_total"][key] = float(record.offline_s)

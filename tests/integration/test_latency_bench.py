@@ -52,7 +52,8 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
         assert run["exit_code"] == 0 and run["policy"] == policy
         assert run["reconnects"] == 0
         assert frames["output"] > 10  # two seconds of a 25 fps source, and the drain
-        assert frames["read"] == frames["output"] + frames["dropped_policy"] + frames["dropped_stale"]
+        drops = frames["dropped_policy"] + frames["dropped_stale"] + frames["dropped_overflow"]
+        assert frames["read"] == frames["output"] + drops
         assert frames["seqs_accounted"] is True
         lines = (tmp_path / "runs" / policy).glob("*.jsonl")
         assert sum(1 for path in lines for _ in path.open()) == frames["output"]

@@ -277,6 +277,7 @@ def test_max_waiting_keeps_a_live_sources_queue_short_with_slots_to_spare(tmp_pa
     assert report.exit_code == 0, report.error
     recs = records(tmp_path, "live")
     assert report.dropped["live"] > N_FRAMES // 3 and report.stale["live"] == 0
+    assert report.overflow["live"] > 0  # dropped in the hub, not only by the decoder short of slots
     assert len(recs) + report.dropped["live"] == N_FRAMES  # every frame read is output or counted
     seqs = [r["seq"] for r in recs]
     assert seqs == sorted(set(seqs)) and len(seqs) < max(seqs) + 1  # dropped in the hub: gaps in seq

@@ -50,7 +50,8 @@ def test_stats_count_every_frame_and_the_lag_behind_the_stream() -> None:
         records, done, output=3, dropped=7, stale=4, failed=0, first_out=done[0], stop=origin + 2.0, fps=10
     )
     assert stats["frames"] == {
-        "read": 10, "output": 3, "dropped_policy": 3, "dropped_stale": 4, "failed": 0, "seqs_accounted": True,
+        "read": 10, "output": 3, "dropped_policy": 3, "dropped_stale": 4, "dropped_overflow": 0, "failed": 0,
+        "seqs_accounted": True,
     }  # fmt: skip
     assert stats["latency_ms"]["p50"] == pytest.approx(300.0) and stats["latency_ms"]["max"] == 300.0
     # The stream's clock is set by frame 0, the soonest read (50 ms late): the lag is measured from

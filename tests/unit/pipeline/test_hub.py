@@ -168,7 +168,7 @@ def test_a_live_sources_frames_beyond_max_waiting_are_dropped_and_their_slots_go
                            "ts": {"decode": [now, now]}})  # fmt: skip
     first = received(w["infer"], msg.WORK, hub)
     record = hub.inputs.sources["cam"]
-    until(hub, lambda: record.dropped == 2)
+    until(hub, lambda: record.overflow == 2)
     assert first["seq"] == 0 and sorted(record.held) == [1, 2]  # their slots, freed at once
     send(w["infer"], {**first, "type": msg.RESULT, "stage": "infer"})
     assert received(w["infer"], msg.WORK, hub)["seq"] == 3
