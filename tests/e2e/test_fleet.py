@@ -211,12 +211,14 @@ def test_three_replicas_share_the_sources_and_take_over_a_killed_ones(tmp_path: 
         if sid in moved:
             lines = (tmp_path / "out" / f"{sid}.jsonl").read_text().splitlines()
             before = [json.loads(line)["seq"] for line in lines[:-1]]  # the last may be torn by the kill
-            # In order, each once; a live source's frames that waited past max_waiting leave gaps.
-            assert len(before) > 5 and before[0] == 0 and before == sorted(set(before)), before[:10]
+            # In order, each once: a live source's frames dropped in the hub past max_waiting (at
+            # its start, while the model warms up, too) leave gaps in its seqs.
+            assert len(before) > 5 and before == sorted(set(before)), before[:10]
             wait_until(f"{sid}'s new run in its own file", lambda sid=sid: len(jsonl_seqs(tmp_path / "out" / f"{sid}.2.jsonl")) > 2,
                        survivors)  # fmt: skip
             after = jsonl_seqs(tmp_path / "out" / f"{sid}.2.jsonl")
-            assert after[0] == 0 and after == sorted(set(after)), after[:10]
+            # A run of its own: its seqs start again, they do not go on from the dead run's.
+            assert after == sorted(set(after)) and after[0] < before[-1], (before[-3:], after[:10])
 
     # DELETE through any replica stops a live source wherever it runs; then the survivors drain and exit 0.
     for sid in ("live0", "live1"):
