@@ -133,12 +133,17 @@ def test_a_frame_goes_through_and_the_observer_hears_each_step(hub: Any) -> None
     assert hub.inputs.sources["cam"].done_frames == 1
 
 
-def test_freed_slots_go_back_together_once_the_source_holds_fewer_than_half(hub: Any) -> None:
-    hub, _, w = hub
-    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 2})
+def open_stream(hub: Hub, w: dict[str, zmq.Socket], infer_credits: int = 2) -> None:
+    """Both workers READY, the source's STREAM, and its first GRANT: all 16 slots."""
+    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": infer_credits})
     send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
     send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
     assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(16))
+
+
+def test_freed_slots_go_back_together_once_the_source_holds_fewer_than_half(hub: Any) -> None:
+    hub, _, w = hub
+    open_stream(hub, w)
     for seq in range(9):  # one frame at a time, each through to the end before the next
         now = time.time()
         send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": seq, "slot": seq, "pts": seq,
@@ -158,10 +163,7 @@ def test_freed_slots_go_back_together_once_the_source_holds_fewer_than_half(hub:
 @pytest.mark.parametrize("hub", [SourceOptions(policy=Policy.DROP_OLDEST, max_waiting=1)], indirect=True)
 def test_a_live_sources_frames_beyond_max_waiting_are_dropped_and_their_slots_go_back(hub: Any) -> None:
     hub, _, w = hub
-    send(w["infer"], {"type": msg.READY, "stage": "infer", "index": 0, "credits": 1})
-    send(w["out"], {"type": msg.READY, "stage": "out", "index": 0, "credits": 4})
-    send(w["decode"], {"type": msg.STREAM, "source": "cam", "info": {"width": 4, "height": 4}})
-    assert received(w["decode"], msg.GRANT, hub)["slots"] == list(range(16))
+    open_stream(hub, w, infer_credits=1)
     now = time.time()
     for seq in range(4):  # the worker takes one; of the three behind it, the newest waits
         send(w["decode"], {"type": msg.FRAME, "source": "cam", "seq": seq, "slot": seq, "pts": seq,
