@@ -86,8 +86,6 @@ class _Flow:
     next_out: int = 0
     reorder: dict[int, FrameKey | None] = field(default_factory=dict)
     """Frames done with the middle stages, by seq; None: dropped, nothing to output."""
-    bound: tuple[int, bool] | None = None
-    """(most, keep_newest): at most that many of its frames wait for a stage up to inference (`trim`)."""
     waiting: deque[FrameKey] = field(default_factory=deque)
     """A bounded source's frames that have not yet passed inference (waiting or held), in seq order."""
 
@@ -135,6 +133,7 @@ class Router:
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
         self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0  # trim's last stage
+        self._bounded: dict[str, tuple[int, bool]] = {}  # source: (most, keep_newest), for `trim`
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -156,6 +155,7 @@ class Router:
     def close(self, source: str) -> None:
         """Forget a retired source (nothing of it may be in flight)."""
         self.flows.pop(source, None)
+        self._bounded.pop(source, None)
         for gates in self.gates.values():
             gates.pop(source, None)
 
@@ -190,16 +190,15 @@ class Router:
             log.warning("source %s: frame seq %s, expected %s", key.source, key.seq, flow.received)
         flow.received = key.seq + 1
         self.frames[key] = FrameState(head, header, tensors)
-        if flow.bound is not None and self.stages:
+        if key.source in self._bounded and self.stages:
             flow.waiting.append(key)
         self._advance(key)
         return key
 
     def bound(self, source: str, most: int, *, keep_newest: bool) -> None:
-        """`most` frames of `source` may wait for a worker up to inference (`trim`: the bounds of all
-        such sources add up): a live source under a drop policy, which drops its oldest waiting frame
-        (`keep_newest`) or its newest when it is the furthest over."""
-        self.flows[source].bound = (most, keep_newest)
+        """`most` frames of a live `source` may wait for a worker up to inference (`trim`: the bounds
+        add up); past them it drops its oldest waiting frame (`keep_newest`) or its newest."""
+        self._bounded[source] = (most, keep_newest)
 
     def trim(self) -> list[FrameState]:
         """Frames of bounded sources still waiting after `dispatch` for a stage up to inference,
@@ -207,12 +206,13 @@ class Router:
         oldest waiting frame; its newest under drop_newest). Else a busy machine queues every
         stream's frames to the staleness limit, and drops them only after a trip to a worker; shared
         bounds let a stream whose decoder fell behind keep a burst. Returns the dropped states."""
-        bounded = [(flow, flow.bound) for flow in self.flows.values() if flow.bound is not None]
-        if not any(len(flow.waiting) > most for flow, (most, _) in bounded):
+        flows = self.flows
+        if not any(len(flows[source].waiting) > most for source, (most, _) in self._bounded.items()):
             return []
         frames, upto = self.frames, self._model_pos
         waiting: list[tuple[int, bool, list[FrameKey]]] = []
-        for flow, (most, keep_newest) in bounded:
+        for source, (most, keep_newest) in self._bounded.items():
+            flow = flows[source]
             # Those before the model stay listed (a worker holding one may hand it on to a queue).
             flow.waiting = deque(k for k in flow.waiting if (s := frames.get(k)) is not None and s.stage_pos <= upto)
             waiting.append((most, keep_newest, [k for k in flow.waiting if not frames[k].held]))
