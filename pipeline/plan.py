@@ -41,8 +41,9 @@ class SourceOptions:
     """Frames output later than this end to end are counted and logged."""
     max_waiting: int | None = None
     """Its share of the frames that may wait in the hub for a worker up to inference (drop policies
-    only): the live sources' shares add up, and past their sum the source furthest over its own
-    drops its oldest or newest waiting frame (pipeline.hub.routing `trim`); None: no bound."""
+    only): the live sources' shares add up, and past their sum a source at or over its own drops
+    its oldest or newest waiting frame, the one that lost the fewest lately (pipeline.hub.shedding);
+    None: no bound."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", Policy(self.policy))  # "drop_oldest" as well as the enum

@@ -85,9 +85,10 @@ class SourceBase(_Model):
         default=None,
         ge=1,
         description="Frames of a live source that may wait in the hub for a worker up to inference. "
-        "The live sources' bounds add up: past their sum, the source furthest over its own drops "
-        "its oldest waiting frame (drop_oldest) or its newest (drop_newest), counted (reason overflow), so "
-        "a busy machine never queues the streams' frames toward their staleness limit. Unset: 4 "
+        "The live sources' bounds add up: past their sum, a source at or over its own (the one that lost "
+        "the fewest lately, so the streams share the loss) drops its oldest waiting frame (drop_oldest) "
+        "or its newest (drop_newest), counted (reason overflow), so a busy machine never queues the "
+        "streams' frames toward their staleness limit. Unset: 4 "
         "under a drop policy; needs a drop policy.",
     )
     latency_budget_ms: float | None = Field(

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
+from framewire.pipeline.hub.shedding import Shedder, Waiting
 from framewire.pipeline.names import INFER
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ class Router:
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
         self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0  # trim's last stage
         self._bounded: dict[str, tuple[int, bool]] = {}  # source: (most, keep_newest), for `trim`
+        self._shedder = Shedder()
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -156,6 +158,7 @@ class Router:
         """Forget a retired source (nothing of it may be in flight)."""
         self.flows.pop(source, None)
         self._bounded.pop(source, None)
+        self._shedder.forget(source)
         for gates in self.gates.values():
             gates.pop(source, None)
 
@@ -202,29 +205,20 @@ class Router:
 
     def trim(self) -> list[FrameState]:
         """Frames of bounded sources still waiting after `dispatch` for a stage up to inference,
-        past what their bounds add up to: dropped, each from the source furthest over its own (its
-        oldest waiting frame; its newest under drop_newest). Else a busy machine queues every
-        stream's frames to the staleness limit, and drops them only after a trip to a worker; shared
-        bounds let a stream whose decoder fell behind keep a burst. Returns the dropped states."""
+        past what their bounds add up to: dropped, as `shedding.Shedder` chooses (the streams share
+        the loss). Else a busy machine queues every stream's frames to the staleness limit, and
+        drops them only after a trip to a worker. Returns the dropped states."""
         flows = self.flows
         if not any(len(flows[source].waiting) > most for source, (most, _) in self._bounded.items()):
             return []
         frames, upto = self.frames, self._model_pos
-        waiting: list[tuple[int, bool, list[FrameKey]]] = []
+        waiting: list[Waiting] = []
         for source, (most, keep_newest) in self._bounded.items():
             flow = flows[source]
             # Those before the model stay listed (a worker holding one may hand it on to a queue).
             flow.waiting = deque(k for k in flow.waiting if (s := frames.get(k)) is not None and s.stage_pos <= upto)
-            waiting.append((most, keep_newest, [k for k in flow.waiting if not frames[k].held]))
-        over = sum(len(keys) - most for most, _, keys in waiting)
-        dropped: list[FrameState] = []
-        while over > 0:
-            _, keep_newest, keys = max(waiting, key=lambda item: len(item[2]) - item[0])
-            state = self.drop(keys.pop(0) if keep_newest else keys.pop())
-            if state is not None:
-                dropped.append(state)
-            over -= 1
-        return dropped
+            waiting.append(Waiting(source, most, keep_newest, [k for k in flow.waiting if not frames[k].held]))
+        return [state for key in self._shedder.choose(waiting) if (state := self.drop(key)) is not None]
 
     def at(self, key: FrameKey, stage: str) -> FrameState | None:
         """The frame's state if it is at middle stage `stage` (else a late or duplicate answer)."""

@@ -430,7 +430,7 @@ def test_frames_that_passed_a_stage_before_the_model_still_wait_for_it_and_count
     assert hub.router.trim() == []  # past the model, frames wait for the outputs unbounded
 
 
-def test_the_bounds_of_live_sources_add_up_and_the_longest_queue_drops_first() -> None:
+def test_the_bounds_of_live_sources_add_up_and_the_streams_share_the_drops() -> None:
     hub = _live_hub(2)
     hub.router.open("cam2")
     hub.router.bound("cam2", 2, keep_newest=True)
@@ -440,7 +440,47 @@ def test_the_bounds_of_live_sources_add_up_and_the_longest_queue_drops_first() -
     assert hub.router.trim() == []  # four waiting, room for four: the burst is kept
     hub.admit("cam2", range(3))
     hub.dispatch()
-    # Seven wait, room for four: cam, two over its share, loses its two oldest; then cam2 is the
-    # one over its share, and loses its oldest.
+    # Seven wait, room for four. Neither lost a frame yet: cam, two over its share, loses its
+    # oldest; then cam2, which has lost none; then cam again, the one further over.
     dropped = [(s.head.key.source, s.head.key.seq) for s in hub.router.trim()]
-    assert dropped == [("cam", 0), ("cam", 1), ("cam2", 0)]
+    assert dropped == [("cam", 0), ("cam2", 0), ("cam", 1)]
+
+
+def test_the_stream_that_arrives_while_the_workers_are_busy_does_not_take_every_drop() -> None:
+    # Cameras at a steady rate: a worker frees up just before cam0's and cam1's frames come, never
+    # before cam2's. Taking each drop from the longest queue, cam2 would lose every frame dropped.
+    hub = Hub(stages=("infer",), workers={"infer": [Worker("infer0", 0)], "out": [Worker("out0", 99)]})
+    sources = ("cam0", "cam1", "cam2")
+    for name in sources:
+        hub.router.open(name)
+        hub.router.bound(name, 2, keep_newest=True)
+    for seq in range(2):
+        for name in sources:
+            hub.admit(name, [seq])
+    worker, lost = hub.workers["infer"][0], dict.fromkeys(sources, 0)
+    for seq in range(2, 62):
+        for name in sources:
+            if name != "cam2":
+                for key in worker.inflight_keys():
+                    hub.finish(worker, "infer", key)
+                worker.credits = 1
+            hub.admit(name, [seq])
+            hub.dispatch()
+            for state in hub.router.trim():
+                lost[state.head.key.source] += 1
+    assert sum(lost.values()) == 60  # three frames come a turn, two go to the worker: one too many
+    assert all(18 <= count <= 22 for count in lost.values()), lost
+
+
+def test_a_source_below_its_bound_loses_nothing_and_drops_are_remembered_lately() -> None:
+    from framewire.pipeline.hub.header import FrameKey as Key
+    from framewire.pipeline.hub.shedding import LOST_MEMORY, Shedder, Waiting
+
+    shedder = Shedder()
+    shedder.lost = {"a": 0, "b": LOST_MEMORY - 1}
+    busy = Waiting("b", 2, True, [Key("b", s) for s in range(4)])
+    quiet = Waiting("a", 2, True, [Key("a", 0)])  # below its bound: never a choice
+    assert shedder.choose([quiet, busy]) == [Key("b", 0)]  # one over what the bounds add up to
+    assert shedder.lost == {"a": 0, "b": LOST_MEMORY // 2}  # the counts halve as they grow
+    shedder.forget("b")
+    assert shedder.lost == {"a": 0}
