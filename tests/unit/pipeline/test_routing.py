@@ -484,3 +484,14 @@ def test_a_source_below_its_bound_loses_nothing_and_drops_are_remembered_lately(
     assert shedder.lost == {"a": 0, "b": LOST_MEMORY // 2}  # the counts halve as they grow
     shedder.forget("b")
     assert shedder.lost == {"a": 0}
+
+
+def test_among_equals_the_source_whose_last_drop_is_longest_ago_drops() -> None:
+    from framewire.pipeline.hub.header import FrameKey as Key
+    from framewire.pipeline.hub.shedding import Shedder, Waiting
+
+    shedder = Shedder()
+    shedder.lost = {"a": 3, "b": 3, "c": 3}  # the counts just halved: every source equal
+    shedder.last = {"a": 5, "b": 9, "c": 7}
+    waiting = [Waiting(name, 1, True, [Key(name, s) for s in range(3)]) for name in ("a", "b", "c")]
+    assert [key.source for key in shedder.choose(waiting)] == ["a", "c", "b", "a", "c", "b"]
