@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
-from framewire.pipeline.hub.shedding import Shedder, Waiting
+from framewire.pipeline.hub.shedding import Bounds
 from framewire.pipeline.names import INFER
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,6 @@ class _Flow:
     next_out: int = 0
     reorder: dict[int, FrameKey | None] = field(default_factory=dict)
     """Frames done with the middle stages, by seq; None: dropped, nothing to output."""
-    waiting: deque[FrameKey] = field(default_factory=deque)
-    """A bounded source's frames that have not yet passed inference (waiting or held), in seq order."""
 
     @property
     def ended(self) -> bool:
@@ -133,9 +131,8 @@ class Router:
         self.flows: dict[str, _Flow] = {}
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
-        self._model_pos = self.stages.index(INFER) if INFER in self.stages else 0  # trim's last stage
-        self._bounded: dict[str, tuple[int, bool]] = {}  # source: (most, keep_newest), for `trim`
-        self._shedder = Shedder()
+        # `trim`: the live sources' frames waiting up to the model (the first stage without one)
+        self._bounds = Bounds((self.stages.index(INFER) if INFER in self.stages else 0) if self.stages else -1)
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -157,8 +154,7 @@ class Router:
     def close(self, source: str) -> None:
         """Forget a retired source (nothing of it may be in flight)."""
         self.flows.pop(source, None)
-        self._bounded.pop(source, None)
-        self._shedder.forget(source)
+        self._bounds.forget(source)
         for gates in self.gates.values():
             gates.pop(source, None)
 
@@ -192,33 +188,34 @@ class Router:
         if key.seq != flow.received:
             log.warning("source %s: frame seq %s, expected %s", key.source, key.seq, flow.received)
         flow.received = key.seq + 1
-        self.frames[key] = FrameState(head, header, tensors)
-        if key.source in self._bounded and self.stages:
-            flow.waiting.append(key)
+        self.frames[key] = state = FrameState(head, header, tensors)
         self._advance(key)
+        self._bounds.moved(state, False)
         return key
 
     def bound(self, source: str, most: int, *, keep_newest: bool) -> None:
         """`most` frames of a live `source` may wait for a worker up to inference (`trim`: the bounds
         add up); past them it drops its oldest waiting frame (`keep_newest`) or its newest."""
-        self._bounded[source] = (most, keep_newest)
+        self._bounds.bound(source, most, keep_newest)
 
     def trim(self) -> list[FrameState]:
         """Frames of bounded sources still waiting after `dispatch` for a stage up to inference,
         past what their bounds add up to: dropped, as `shedding.Shedder` chooses (the streams share
         the loss). Else a busy machine queues every stream's frames to the staleness limit, and
         drops them only after a trip to a worker. Returns the dropped states."""
-        flows = self.flows
-        if not any(len(flows[source].waiting) > most for source, (most, _) in self._bounded.items()):
+        bounds = self._bounds
+        if not bounds.over:
             return []
-        frames, upto = self.frames, self._model_pos
-        waiting: list[Waiting] = []
-        for source, (most, keep_newest) in self._bounded.items():
-            flow = flows[source]
-            # Those before the model stay listed (a worker holding one may hand it on to a queue).
-            flow.waiting = deque(k for k in flow.waiting if (s := frames.get(k)) is not None and s.stage_pos <= upto)
-            waiting.append(Waiting(source, most, keep_newest, [k for k in flow.waiting if not frames[k].held]))
-        return [state for key in self._shedder.choose(waiting) if (state := self.drop(key)) is not None]
+        ready: dict[str, set[FrameKey]] = {source: set() for source in bounds.of}
+        for pos, stage in enumerate(self.stages[: bounds.upto + 1]):
+            gates = self.gates.get(stage)
+            for key in (k for g in gates.values() for k in g.waiting.values()) if gates else self.queues[stage]:
+                if isinstance(key, FrameKey) and key.source in ready:
+                    state = self.frames.get(key)
+                    if state is not None and state.stage_pos == pos and bounds.is_ready(state):
+                        ready[key.source].add(key)
+        keys = bounds.choose({source: sorted(found, key=lambda k: k.seq) for source, found in ready.items()})
+        return [state for key in keys if (state := self.drop(key)) is not None]
 
     def at(self, key: FrameKey, stage: str) -> FrameState | None:
         """The frame's state if it is at middle stage `stage` (else a late or duplicate answer)."""
@@ -233,11 +230,13 @@ class Router:
         state = self.at(key, stage)
         if state is None:
             return False
+        was = self._bounds.is_ready(state)
         state.header = header
         state.tensors = tensors
         state.stage_pos += 1
         state.held = False
         self._advance(key)
+        self._bounds.moved(state, was)
         return True
 
     def fail(self, key: FrameKey, stage: str, error: str) -> bool:
@@ -245,12 +244,14 @@ class Router:
         state = self.at(key, stage)
         if state is None:
             return False
+        was = self._bounds.is_ready(state)
         state.header["error"] = f"{stage}: {error}"
         state.header.pop("result", None)
         state.tensors = {}
         self._skip_after(key, state.stage_pos)
         state.stage_pos = len(self.stages)
         self._advance(key)
+        self._bounds.moved(state, was)
         return True
 
     def drop(self, key: FrameKey) -> FrameState | None:
@@ -259,6 +260,7 @@ class Router:
         state = self.frames.pop(key, None)
         if state is None:
             return None
+        self._bounds.gone(state)
         self._skip_after(key, state.stage_pos)
         flow = self.flows[key.source]
         flow.reorder[key.seq] = None
@@ -291,7 +293,9 @@ class Router:
         lost = sorted(peer.inflight, key=lambda k: (k.seq, k.source), reverse=True)
         back = [key for key in lost if self.at(key, stage) is not None]
         for key in back:
-            self.frames[key].held = False
+            state = self.frames[key]
+            was, state.held = self._bounds.is_ready(state), False
+            self._bounds.moved(state, was)
         if stage in self.gates:
             for gate in self.gates[stage].values():
                 if gate.peer is peer:
@@ -346,7 +350,7 @@ class Router:
             state = self.frames.get(head)
             if state is None:
                 continue
-            if not _send(peer, head, state, send_work, now):
+            if not self._send(peer, head, state, send_work, now):
                 queue.appendleft(head)
                 return
 
@@ -368,7 +372,7 @@ class Router:
                 if peer is None or peer.credits <= 0:
                     break
                 state = self.frames.get(key)
-                if state is not None and not _send(peer, key, state, send_work, now):
+                if state is not None and not self._send(peer, key, state, send_work, now):
                     break
                 gate.peer = peer
                 del gate.waiting[gate.next_seq]
@@ -434,11 +438,11 @@ class Router:
         if self._on_done is not None:
             self._on_done(key, state)
 
-
-def _send(peer: Assignee, key: FrameKey, state: FrameState, send_work: SendWork, now: float) -> bool:
-    if not send_work(peer, key, state):
-        return False
-    state.held = True
-    peer.credits -= 1
-    peer.inflight[key] = now
-    return True
+    def _send(self, peer: Assignee, key: FrameKey, state: FrameState, send_work: SendWork, now: float) -> bool:
+        if not send_work(peer, key, state):
+            return False
+        was, state.held = self._bounds.is_ready(state), True
+        self._bounds.moved(state, was)
+        peer.credits -= 1
+        peer.inflight[key] = now
+        return True

@@ -13,8 +13,19 @@ loses a frame here, so a stream whose decoder fell behind keeps its burst while 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from framewire.pipeline.hub.header import FrameKey
+from framewire.pipeline.hub.header import FrameHeader, FrameKey
+
+
+class FrameState(Protocol):
+    """What the bounds read of a frame in flight (routing.FrameState)."""
+
+    held: bool
+    stage_pos: int
+
+    @property
+    def head(self) -> FrameHeader: ...
 
 LOST_MEMORY = 64
 """Each source's drops are remembered lately: once one has lost this many, every count halves."""
@@ -64,3 +75,59 @@ class Shedder:
                     lost[source] //= 2
             over -= 1
         return chosen
+
+
+class Bounds:
+    """The live sources' bounds, and how many of their frames are ready: waiting for a worker of a
+    stage up to the model, not held by one. The router tells it each move of a frame (`moved`), so
+    the check each turn (`over`) needs no scan of the queues; `resync` sets the counts from one."""
+
+    def __init__(self, upto: int) -> None:
+        self.upto = upto
+        """The index of the last stage whose waiting frames count (the model's); -1: none."""
+        self.of: dict[str, tuple[int, bool]] = {}
+        """A bounded source: its most frames waiting, and whether it keeps the newest."""
+        self.ready: dict[str, int] = {}
+        self.ready_total = self.bound_total = 0
+        self.shedder = Shedder()
+
+    def bound(self, source: str, most: int, keep_newest: bool) -> None:
+        self.bound_total += most - self.of.get(source, (0, False))[0]
+        self.of[source] = (most, keep_newest)
+        self.ready.setdefault(source, 0)
+
+    def forget(self, source: str) -> None:
+        self.ready_total -= self.ready.pop(source, 0)
+        self.bound_total -= self.of.pop(source, (0, False))[0]
+        self.shedder.forget(source)
+
+    def is_ready(self, state: FrameState) -> bool:
+        return not state.held and state.stage_pos <= self.upto and state.head.key.source in self.ready
+
+    def moved(self, state: FrameState, was: bool) -> None:
+        """`state` was ready (`was`) before it moved: the counts follow."""
+        now = self.is_ready(state)
+        if now != was:
+            step = 1 if now else -1
+            self.ready[state.head.key.source] += step
+            self.ready_total += step
+
+    def gone(self, state: FrameState) -> None:
+        """`state` left the router (dropped)."""
+        if self.is_ready(state):
+            self.ready[state.head.key.source] -= 1
+            self.ready_total -= 1
+
+    @property
+    def over(self) -> bool:
+        """More frames are ready than the bounds add up to."""
+        return self.ready_total > self.bound_total
+
+    def choose(self, ready: dict[str, list[FrameKey]]) -> list[FrameKey]:
+        """The frames to drop (Shedder) of those ready, each source's in seq order; the counts are
+        set from them first."""
+        waiting = [Waiting(source, most, newest, ready.get(source, [])) for source, (most, newest) in self.of.items()]
+        for item in waiting:
+            self.ready_total += len(item.keys) - self.ready[item.source]
+            self.ready[item.source] = len(item.keys)
+        return self.shedder.choose(waiting)

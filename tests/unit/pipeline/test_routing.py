@@ -56,6 +56,7 @@ class Hub:
 
     def dispatch(self) -> None:
         self.router.dispatch(lambda stage: self.workers.get(stage, []), self._work, self._end, 0.0)
+        check_ready_counts(self.router)
 
     @staticmethod
     def _work(worker: Worker, key: FrameKey, state: FrameState) -> bool:
@@ -80,6 +81,16 @@ class Hub:
     def write(self, worker: Worker, key: FrameKey) -> None:
         worker.answer(key)
         self.router.written(key)
+
+
+def check_ready_counts(router: Router) -> None:
+    """The counts `trim` checks each turn, kept as frames move, are what a scan finds."""
+    bounds = router._bounds
+    found = {source: 0 for source in bounds.ready}
+    for state in router.frames.values():
+        if bounds.is_ready(state):
+            found[state.head.key.source] += 1
+    assert bounds.ready == found and bounds.ready_total == sum(found.values())
 
 
 def run_through(hub: Hub, stage: str, order: list[int] | None = None, source: str = "cam") -> None:
@@ -495,3 +506,23 @@ def test_among_equals_the_source_whose_last_drop_is_longest_ago_drops() -> None:
     shedder.last = {"a": 5, "b": 9, "c": 7}
     waiting = [Waiting(name, 1, True, [Key(name, s) for s in range(3)]) for name in ("a", "b", "c")]
     assert [key.source for key in shedder.choose(waiting)] == ["a", "c", "b", "a", "c", "b"]
+
+
+def test_the_ready_counts_follow_fails_stale_drops_requeues_and_closes() -> None:
+    hub = _live_hub(1)
+    pre, infer = hub.workers["pre"][0], hub.workers["infer"][0]
+    hub.admit("cam", range(5))
+    hub.dispatch()  # pre holds 0 and 1; 2, 3 and 4 wait
+    assert hub.router._bounds.ready == {"cam": 3}
+    assert hub.router.fail(FrameKey("cam", 0), "pre", "boom")  # held, then past the stages
+    hub.finish(pre, "pre", FrameKey("cam", 1))  # on to infer's queue: still ready
+    check_ready_counts(hub.router)
+    hub.dispatch()
+    assert hub.router.drop(FrameKey("cam", 1)) is not None  # stale at infer, held there
+    hub.router.drop(FrameKey("cam", 4))  # waiting: no longer counted
+    check_ready_counts(hub.router)
+    infer.finished = True
+    hub.router.requeue("infer", infer)
+    check_ready_counts(hub.router)
+    hub.router.close("cam")
+    assert hub.router._bounds.ready == {} and hub.router._bounds.ready_total == 0
