@@ -131,8 +131,9 @@ class Router:
         self.flows: dict[str, _Flow] = {}
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
-        # `trim`: the live sources' frames waiting up to the model (the first stage without one)
-        self._bounds = Bounds((self.stages.index(INFER) if INFER in self.stages else 0) if self.stages else -1)
+        # `trim`: the live sources' frames waiting up to the model's stage (the first stage without one)
+        stages = self.stages
+        self._bounds = Bounds(stages.index(INFER) if INFER in stages else (0 if stages else -1))
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done
@@ -209,7 +210,8 @@ class Router:
         ready: dict[str, set[FrameKey]] = {source: set() for source in bounds.of}
         for pos, stage in enumerate(self.stages[: bounds.upto + 1]):
             gates = self.gates.get(stage)
-            for key in (k for g in gates.values() for k in g.waiting.values()) if gates else self.queues[stage]:
+            queued = (k for g in gates.values() for k in g.waiting.values()) if gates else self.queues[stage]
+            for key in queued:
                 if isinstance(key, FrameKey) and key.source in ready:
                     state = self.frames.get(key)
                     if state is not None and state.stage_pos == pos and bounds.is_ready(state):
@@ -438,8 +440,8 @@ class Router:
         if self._on_done is not None:
             self._on_done(key, state)
 
-    def _send(self, peer: Assignee, key: FrameKey, state: FrameState, send_work: SendWork, now: float) -> bool:
-        if not send_work(peer, key, state):
+    def _send(self, peer: Assignee, key: FrameKey, state: FrameState, work: SendWork, now: float) -> bool:
+        if not work(peer, key, state):
             return False
         was, state.held = self._bounds.is_ready(state), True
         self._bounds.moved(state, was)
