@@ -308,7 +308,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 load = _wait(args)
                 if side == "framewire":
                     job = live_job(config, uri, args.streams, args.staleness_ms, folder / f"fw-{index}")
-                    one["framewire"] = live_stats(job, run_live(job, args.seconds, exclude))
+                    one["framewire"] = live_stats(job, run_live(job, args.seconds, exclude), clip["fps"])
                 else:
                     one["work"] = limit.work_alone(work_job, uri, frames=args.work_frames,
                                                    options={"rtsp_transport": "tcp"})  # fmt: skip
@@ -339,8 +339,9 @@ def _describe(job: Any) -> dict[str, Any]:
     return describe_job(job)
 
 
-def live_stats(job: Any, ran: Mapping[str, Any]) -> dict[str, Any]:
-    """Per stream (fps kept, latency) and in all (frames, drops, CPU in the window) of a live run."""
+def live_stats(job: Any, ran: Mapping[str, Any], rate: float | None = None) -> dict[str, Any]:
+    """Per stream (fps kept, latency, frames the hub dropped) and in all (frames, drops, CPU in the
+    window) of a live run; `kept`: the share of the streams' frames (`rate` fps each) put out."""
     report = ran["report"]
     per = {s.id: stream_stats(_records(Path(str(job.outputs[0].path).replace("{source_id}", s.id))))
            for s in job.sources}  # fmt: skip
@@ -350,11 +351,14 @@ def live_stats(job: Any, ran: Mapping[str, Any]) -> dict[str, Any]:
         "streams": len(job.sources),
         "fps_min": min(fps) if len(fps) == len(per) else 0.0,
         "fps_median": harness.median(fps),
+        "fps_max": max(fps) if fps else 0.0,
+        "kept": sum(fps) / (len(per) * rate) if rate and len(fps) == len(per) else None,
         "latency_p99_ms_max": max(p99) if p99 else None,
         "frames_output": sum(report.frames.values()),
         "dropped_policy": sum(report.dropped.values()) - sum(report.stale.values()) - sum(report.overflow.values()),
         "dropped_stale": sum(report.stale.values()),
         "dropped_overflow": sum(report.overflow.values()),
+        "overflow_per_stream": {source: int(count) for source, count in report.overflow.items()},
         "frames_in_window": round(sum(fps) * ran["window_s"]),  # from each stream's kept rate
         "cpu_s": ran["cpu_s"],
         "window_s": ran["window_s"],
@@ -447,6 +451,8 @@ def format_table(result: Mapping[str, Any]) -> str:
         fw = harness.median_of([r["framewire"] for r in result["runs"]])
         rows += [
             ["fps kept, slowest stream", fw.get("fps_min")],
+            ["fps kept, fastest stream", fw.get("fps_max")],
+            ["frames kept, all streams", fw.get("kept")],
             ["latency p99 ms, worst stream", fw.get("latency_p99_ms_max")],
             ["work cores / stream", share.get("work_cores_per_stream")],
             ["framewire cores / stream", share.get("framewire_cores_per_stream")],

@@ -50,6 +50,10 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     assert fw["exit_code"] == 0 and set(fw["per_stream"]) == {"cam0", "cam1"}
     assert all(s["records"] > 10 for s in fw["per_stream"].values())  # 2 s of 25 fps, and the drain
     assert fw["cpu_s"] > 0 and fw["frames_in_window"] > 0
+    assert 0 < fw["fps_min"] <= fw["fps_max"]
+    assert fw["kept"] == pytest.approx(sum(s["fps"] for s in fw["per_stream"].values()) / (2 * result["clip"]["fps"]))
+    assert set(fw["overflow_per_stream"]) <= {"cam0", "cam1"} and sum(fw["overflow_per_stream"].values()) == fw[
+        "dropped_overflow"]
     work = one["work"]
     assert work["frames"] == 25 and work["encode"] is None  # JSONL only: nothing to encode
     assert work["ms_per_frame"]["decode"] > 0 and work["ms_per_frame"]["model"] > 0
@@ -63,3 +67,4 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     assert not any("model" in p["ms_per_frame"] for n, p in profile["processes"].items() if n != "infer[0]")
     table = capsys.readouterr().out
     assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
+    assert "fps kept, fastest stream" in table and "frames kept, all streams" in table
