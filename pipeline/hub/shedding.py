@@ -52,6 +52,11 @@ class Shedder:
         """When each source last dropped (a count of drops): among equals, the one longest ago."""
         self._drops = 0
 
+    def join(self, source: str) -> None:
+        """A source starts level with the one that lost the fewest lately: else, as the one that
+        lost none, it would take every drop until it caught up."""
+        self.lost.setdefault(source, min(self.lost.values(), default=0))
+
     def forget(self, source: str) -> None:
         self.lost.pop(source, None)
         self.last.pop(source, None)
@@ -98,6 +103,7 @@ class Bounds:
         self.bound_total += most - self.of.get(source, (0, False))[0]
         self.of[source] = (most, keep_newest)
         self.ready.setdefault(source, 0)
+        self.shedder.join(source)
 
     def forget(self, source: str) -> None:
         self.ready_total -= self.ready.pop(source, 0)

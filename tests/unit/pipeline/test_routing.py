@@ -526,3 +526,18 @@ def test_the_ready_counts_follow_fails_stale_drops_requeues_and_closes() -> None
     check_ready_counts(hub.router)
     hub.router.close("cam")
     assert hub.router._bounds.ready == {} and hub.router._bounds.ready_total == 0
+
+
+def test_a_stream_that_joins_late_starts_level_and_does_not_take_every_drop() -> None:
+    from framewire.pipeline.hub.header import FrameKey as Key
+    from framewire.pipeline.hub.shedding import Shedder, Waiting
+
+    shedder = Shedder()
+    shedder.lost = {"a": 40, "b": 31}  # two streams that have been losing frames for a while
+    shedder.join("c")
+    assert shedder.lost["c"] == 31
+    shedder.join("a")  # joining again (bound anew) keeps what it lost
+    assert shedder.lost["a"] == 40
+    waiting = [Waiting(name, 1, True, [Key(name, s) for s in range(6)]) for name in ("a", "b", "c")]
+    # c shares b's drops, not all of them; a, which lost the most, drops last.
+    assert [key.source for key in shedder.choose(waiting)] == ["b", "c"] * 6 + ["a"] * 3
