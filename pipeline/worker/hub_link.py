@@ -18,6 +18,7 @@ import numpy as np
 import zmq
 
 from framewire.pipeline import logs
+from framewire.pipeline.worker import heap
 from framewire.pipeline.plan import SourceOptions
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.framepool import sweep_orphans
@@ -67,6 +68,7 @@ def setup_process(spec: WorkerSpec) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     logs.configure(spec.log_level, spec.log_format, f"{spec.stage}[{spec.index}]")
+    heap.keep_freed_memory()  # no page faults for each frame's temporaries
     if spec.init is not None:
         spec.init()
 
