@@ -268,7 +268,7 @@ def slot_layout(config: Config, source_id: str, info: Mapping[str, Any]) -> dict
     regions: dict[str, tuple[tuple[int, ...], str]] = {"image": ((height, width, 3), "uint8")}
     if not own_model_input(config):
         regions["input"] = (tuple(int(d) for d in spec.shape), str(spec.dtype))  # type: ignore[arg-type]
-    if yuv_frames(config) and width % 2 == 0 and height % 2 == 0:
+    if yuv_frames(config, (width, height)) and width % 2 == 0 and height % 2 == 0:
         regions["image"] = (yuv.shape(width, height), "uint8")
     if config.composite:
         regions["output"] = (regions["image"][0], "uint8")
@@ -281,10 +281,12 @@ YUV_OUTPUTS = frozenset({"video_file", "jsonl", "mqtt", "kafka", "webhook"})
 """Outputs that take I420 frames (video_file encodes them as they are) or never look at pixels."""
 
 
-def yuv_frames(config: Config) -> bool:
+def yuv_frames(config: Config, size: tuple[int, int] | None = None) -> bool:
     """Whether the job keeps its frames as decoded, I420 (framewire.media.yuv; `stages.frame_format`):
-    every stage takes them, and it saves a conversion: a video output (x264 takes the frames as
-    they are; the model's input is converted from them as the decoder would have)."""
+    every stage takes them, and it saves a conversion. With a video output, x264 takes the frames
+    as they are; without one, a source whose frames the model scales down to half or a third
+    (`size`, 1280x720 or 1920x1080 to 640x360: `Task.scales_planes`) has its planes scaled first
+    and converted at the model's size, instead of converted whole by the decoder and scaled after."""
     if config.stages.frame_format != "auto" or config.steps or config.secondary:
         return False
     if not all(s.kind in YUV_SOURCES for s in config.sources):  # others hand over BGR arrays
@@ -293,9 +295,12 @@ def yuv_frames(config: Config) -> bool:
         return False
     if not all(getattr(c, "takes_yuv", False) for c in build_composites(config)):
         return False
-    if type(build_task(config)).preprocess_frame is not Task.preprocess_frame:  # it reads pixels its own way
+    task = build_task(config)
+    if type(task).preprocess_frame is not Task.preprocess_frame:  # it reads pixels its own way
         return False
-    return any(isinstance(o, VideoFileOutput) for o in config.outputs)
+    if any(isinstance(o, VideoFileOutput) for o in config.outputs):
+        return True
+    return size is not None and task.scales_planes(*size)
 
 
 def check(config: Config) -> Task:

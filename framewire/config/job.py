@@ -52,9 +52,10 @@ class StagesConfig(_Model):
         description="How frames wait in the frame pool: auto keeps them as decoded, YUV 4:2:0, when "
         "every stage takes that (the composites are blur or pixelate, the outputs video_file, jsonl, "
         "mqtt, kafka, webhook or zmq without jpeg, no steps or secondary models) and there is a "
-        "video output (x264 takes them as they are: two full-frame conversions fewer); else BGR. The "
-        "model sees the same pixels either way. bgr: always BGR (docs/benchmarks.md, framewire's own "
-        "cost).",
+        "video output (x264 takes them as they are: two full-frame conversions fewer) or the model "
+        "scales a source's frames to half or a third (1280x720 or 1920x1080 to 640x360: the planes are "
+        "scaled, then converted at the model's size); else BGR. The model sees the same pixels "
+        "either way, within a level. bgr: always BGR (docs/benchmarks.md, framewire's own cost).",
     )
     stall_timeout_s: float | None = Field(
         default=60.0,

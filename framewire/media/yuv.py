@@ -11,6 +11,7 @@ what the video writer tags its output as.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import av
@@ -20,6 +21,15 @@ import numpy as np
 BT601_COLORSPACES = frozenset({2, 5, 6})  # unspecified, bt470bg, smpte170m
 """AVColorSpace values whose matrix is BT.601, the one OpenCV's I420 conversions use."""
 JPEG_RANGE = 2  # AVCOL_RANGE_JPEG (full range)
+_BT601_TO_BGR = np.array(
+    [
+        [1.164, 2.018, 0.0, -1.164 * 16 - 2.018 * 128],
+        [1.164, -0.391, -0.813, -1.164 * 16 + (0.391 + 0.813) * 128],
+        [1.164, 0.0, 1.596, -1.164 * 16 - 1.596 * 128],
+    ],
+    dtype=np.float32,
+)
+"""B, G and R from Y, U and V: the BT.601 limited-range coefficients OpenCV's I420 conversion uses."""
 
 
 def shape(width: int, height: int) -> tuple[int, int]:
@@ -77,6 +87,54 @@ def to_bgr(image: np.ndarray) -> np.ndarray:
     if not is_i420(image):
         return image
     return cv2.cvtColor(image, cv2.COLOR_YUV2BGR_I420)
+
+
+def to_bgr_resized(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """BGR of an I420 array scaled to `size` (width, height): what `cv2.resize` of its `to_bgr`
+    gives with INTER_LINEAR, within a level but for colours at the edge of the gamut (the conversion
+    clips them before the scaling, this after it). Where `size` is half the picture's or a third of
+    it (1280x720 or 1920x1080 to 640x360), the planes are scaled first and converted at the small
+    size, for about half the cost (docs/benchmarks.md); other sizes go through `to_bgr`.
+
+    It gives the model the same pixels, not other chroma: OpenCV's conversion takes each chroma
+    sample for the 2x2 pixels it covers, INTER_LINEAR at these sizes takes every pixel from one
+    such block (at a third: the middle pixel of each 3x3; at half: the mean of each 2x2), and both
+    the scaling and the conversion are linear."""
+    luma, u, v = planes(image)
+    height, width = luma.shape
+    rows, cols = _chroma_picks(height, size[1]), _chroma_picks(width, size[0])
+    if rows is None or cols is None:  # not scaled_from_planes
+        return cv2.resize(to_bgr(image), size, interpolation=cv2.INTER_LINEAR)
+    scaled = cv2.resize(luma, size, interpolation=cv2.INTER_LINEAR)
+    halved = (len(rows), len(cols)) == u.shape  # the planes are the chroma at this size as they are
+    chroma = [plane if halved else plane.take(rows, 0).take(cols, 1) for plane in (u, v)]
+    return cv2.transform(cv2.merge([scaled, *chroma]), _BT601_TO_BGR)
+
+
+def scaled_from_planes(picture: tuple[int, int], size: tuple[int, int]) -> bool:
+    """Whether `to_bgr_resized` scales the planes of a `picture` (width, height) to `size` before
+    converting them (half or a third of its sides), rather than converting the whole picture first."""
+    return _chroma_picks(picture[1], size[1]) is not None and _chroma_picks(picture[0], size[0]) is not None
+
+
+@functools.lru_cache(maxsize=16)
+def _chroma_picks(length: int, scaled: int) -> np.ndarray | None:
+    """The chroma row (or column) of each of `scaled` pixels along an axis of `length` pixels, when
+    INTER_LINEAR takes each of them from the pixels of one chroma sample; None when it blends two.
+
+    OpenCV's INTER_LINEAR reads output pixel i at (i + 0.5) * length / scaled - 0.5 and blends the
+    two pixels around it: halving, those are 2i and 2i + 1 (one sample, i); at a third, the blend's
+    weight is nil and the pixel is 3i + 1 alone."""
+    if length % 2 or scaled >= length:
+        return None
+    at = (np.arange(scaled, dtype=np.float64) + 0.5) * (length / scaled) - 0.5
+    first = np.floor(at + 1e-9)
+    exact = np.abs(at - first) < 1e-9
+    if np.all(exact):
+        return (first.astype(np.int64) // 2).astype(np.intp)
+    if np.all(first % 2 == 0):  # two pixels of one sample, whatever the weight
+        return (first.astype(np.int64) // 2).astype(np.intp)
+    return None
 
 
 def plane_boxes(

@@ -112,12 +112,19 @@ class Task(ABC):
 
     def preprocess_i420(self, image: np.ndarray, out: np.ndarray) -> dict[str, Any]:
         """`preprocess` of an I420 image (a job that keeps its frames as YUV): of its BGR, the very
-        pixels the decoder would have written, so the model sees what it sees in a BGR job. (Scaling
-        the planes before converting costs less but gives the model other chroma: 12 of 168 frames
-        of bigbuckbunny.mp4 found a face at 0.7 in one and not the other.)"""
+        pixels the decoder would have written, so the model sees what it sees in a BGR job. A task
+        that scales the frame first may scale the planes before converting where that gives the same
+        pixels (`yuv.to_bgr_resized`); scaling them to other sizes would give the model other chroma
+        (12 of 168 frames of bigbuckbunny.mp4 found a face at 0.7 in one and not the other)."""
         from framewire.media import yuv
 
         return self.preprocess(yuv.to_bgr(image), out)
+
+    def scales_planes(self, frame_width: int, frame_height: int) -> bool:
+        """Whether `preprocess_i420` scales an I420 frame of this size before converting it (cheaper
+        than converting the frame whole): a job with no video output keeps its frames as I420 then
+        (`framewire.app.compose.yuv_frames`). False by default."""
+        return False
 
     def feeds(self, frame: Frame) -> dict[str, np.ndarray]:
         """The model inputs of one preprocessed frame (batch of one), by name: the slot's `input`

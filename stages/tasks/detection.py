@@ -180,6 +180,14 @@ class Detection(Task):
         self.image.fill(frame, out)
         return {}
 
+    def preprocess_i420(self, image: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+        """An I420 image goes to `fill` as it is: it scales the planes before converting where that
+        gives the same pixels (`yuv.to_bgr_resized`)."""
+        return self.preprocess(image, out)
+
+    def scales_planes(self, frame_width: int, frame_height: int) -> bool:
+        return self.image.scales_planes(frame_width, frame_height)
+
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], meta: Mapping[str, Any], frame_width: int, frame_height: int
     ) -> Result:

@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
 from framewire.stages import detections
@@ -160,6 +161,19 @@ class FaceDetection(Task):
         if (g.width, g.height) != (frame_width, frame_height):
             image = cv2.resize(frame, (g.width, g.height), interpolation=cv2.INTER_LINEAR)
         return self._fill(image, g, out)
+
+    def preprocess_i420(self, image: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+        """`preprocess` of an I420 image, scaled before it is converted where that gives the same
+        pixels (`yuv.to_bgr_resized`: 720p and 1080p to 640x360)."""
+        frame_width, frame_height = yuv.size(image)
+        g = self._geometry(frame_width, frame_height)
+        if (g.width, g.height) == (frame_width, frame_height):
+            return self._fill(yuv.to_bgr(image), g, out)
+        return self._fill(yuv.to_bgr_resized(image, (g.width, g.height)), g, out)
+
+    def scales_planes(self, frame_width: int, frame_height: int) -> bool:
+        g = self._geometry(frame_width, frame_height)
+        return yuv.scaled_from_planes((frame_width, frame_height), (g.width, g.height))
 
     def _fill(self, image: np.ndarray, g: _Geometry, out: np.ndarray) -> dict[str, Any]:
         """The model's input from the frame at the model's scale: padded, planar, float."""

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
 from framewire.stages.tasks.base import ModelInfo, TaskParams
@@ -196,10 +197,15 @@ class ImageInput:
         shape = (1, g.height, g.width, 3) if self.nhwc else (1, 3, g.height, g.width)
         return TensorSpec(self.name, self.dtype, shape)
 
+    def scales_planes(self, frame_width: int, frame_height: int) -> bool:
+        """Whether `fill` scales an I420 frame of this size before converting it."""
+        g = self.geometry(frame_width, frame_height)
+        return yuv.scaled_from_planes((frame_width, frame_height), (g.resized_width, g.resized_height))
+
     def fill(self, frame: np.ndarray, out: np.ndarray) -> Geometry:
-        """Write the prepared frame into `out` [1, 3, H, W] or [3, H, W] ([1, H, W, 3] or [H, W, 3]
-        for an NHWC input); return its geometry."""
-        frame_height, frame_width = frame.shape[:2]
+        """Write the prepared frame (BGR, or I420: `framewire.media.yuv`) into `out` [1, 3, H, W]
+        or [3, H, W] ([1, H, W, 3] or [H, W, 3] for an NHWC input); return its geometry."""
+        frame_width, frame_height = yuv.size(frame)
         g = self.geometry(frame_width, frame_height)
         planes = out[0] if out.ndim == 4 else out
         if self.nhwc:
@@ -208,9 +214,14 @@ class ImageInput:
             raise ValueError(
                 f"{self.task}: input buffer is {out.shape}, expected (1, 3, {g.height}, {g.width})"
             )
-        image = frame
-        if (g.resized_width, g.resized_height) != (frame_width, frame_height):
-            image = cv2.resize(frame, (g.resized_width, g.resized_height), interpolation=cv2.INTER_LINEAR)
+        size = (g.resized_width, g.resized_height)
+        if yuv.is_i420(frame):  # scaled before it is converted where that gives the same pixels
+            same = size == (frame_width, frame_height)
+            image = yuv.to_bgr(frame) if same else yuv.to_bgr_resized(frame, size)
+        elif size != (frame_width, frame_height):
+            image = cv2.resize(frame, size, interpolation=cv2.INTER_LINEAR)
+        else:
+            image = frame
         gain, offset = self._affine()
         order = (2, 1, 0) if self.params.channels == "rgb" else (0, 1, 2)
         padded = (g.resized_width, g.resized_height) != (g.width, g.height)

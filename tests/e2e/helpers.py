@@ -124,16 +124,31 @@ def iou(a: list[float], b: list[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
+SCORE_MARGIN = 0.02
+"""How far from the threshold a face may score and still be found on one side only: the model's
+input is the decoder's pixels within a level (a 720p frame's planes are scaled before they are
+converted: framewire.media.yuv.to_bgr_resized), which moves a score by less than this."""
+
+
 def assert_faces_match(records: list[dict[str, Any]], frames: list[np.ndarray], min_iou: float = 0.9) -> int:
-    """Every frame: the same number of faces as cv2.FaceDetectorYN, each at IoU >= min_iou."""
+    """Every frame: the faces cv2.FaceDetectorYN finds, each at IoU >= min_iou, and no others;
+    only a face that scores within SCORE_MARGIN of the threshold may be found by one side alone.
+    Returns the number of faces the reference finds."""
     assert len(records) == len(frames)
     total = 0
     for record, image in zip(records, frames, strict=True):
         ours = record["results"]["detections"]
-        ref = reference_faces(image)
-        assert len(ours) == len(ref), f"frame {record['seq']}: {len(ours)} faces, cv2 finds {len(ref)}"
-        for face in ref:
+        near = reference_faces(image, DEFAULT_THRESHOLD - SCORE_MARGIN)  # found, or nearly
+        strong = sum(face["score"] >= DEFAULT_THRESHOLD + SCORE_MARGIN for face in near)
+        found = f"frame {record['seq']}: {len(ours)} faces, cv2 finds {strong} to {len(near)}"
+        assert strong <= len(ours) <= len(near), found
+        for face in near:
             best = max((iou(face["box"], o["box"]) for o in ours), default=0.0)
-            assert best >= min_iou, f"frame {record['seq']}: best IoU {best:.3f} for {face['box']}"
-        total += len(ref)
+            if face["score"] >= DEFAULT_THRESHOLD + SCORE_MARGIN:
+                assert best >= min_iou, f"frame {record['seq']}: best IoU {best:.3f} for {face['box']}"
+        for face in ours:
+            best = max((iou(face["box"], r["box"]) for r in near), default=0.0)
+            assert best >= min_iou, f"frame {record['seq']}: a face cv2 does not find: {face['box']}"
+            assert face["score"] >= DEFAULT_THRESHOLD
+        total += sum(face["score"] >= DEFAULT_THRESHOLD for face in near)
     return total

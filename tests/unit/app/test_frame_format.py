@@ -1,5 +1,6 @@
 """`stages.frame_format: auto`: a job keeps its frames as I420 only where every stage takes them and
-a video output saves the conversion back; the slot layout follows (even sizes only)."""
+it saves a conversion: a video output, or a model that scales the frames to half or a third (the
+planes are scaled before they are converted); the slot layout follows (even sizes only)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_a_blur_job_with_a_video_output_keeps_yuv_frames() -> None:
     [
         {"frame_format": "bgr"},
         {"composite": ({"kind": "boxes"},)},  # draws in BGR colours
-        {"outputs": (JSONL,)},  # no video output: nothing saved
+        {"outputs": (JSONL,)},  # no video output, and YuNet takes 640x272 as it is: nothing saved
         {"outputs": (VIDEO, {"kind": "zmq", "endpoint": "ipc:///tmp/fw-never-bound", "jpeg": True})},
         {"outputs": (VIDEO, {"kind": "hls", "path": "/tmp/hls/{source_id}"})},
     ],
@@ -87,3 +88,24 @@ def test_a_fused_job_keeps_the_model_input_in_the_infer_worker_unless_tensorrt_r
     }, "test.yaml")  # fmt: skip
     assert not own_model_input(trt)  # TensorRT copies the input straight from the pool, pinned
     assert slot_layout(trt, "a", {"width": 640, "height": 272})["input"][0] == (1, 3, 288, 640)
+
+
+@pytest.mark.parametrize(
+    ("size", "model", "kept"),
+    [
+        ((1280, 720), YUNET, True),  # to 640x360: the planes halved, then converted
+        ((1920, 1080), YUNET, True),  # to 640x360: a third
+        ((640, 272), YUNET, False),  # taken as it is: the conversion is the same either way
+        ((768, 576), YUNET, False),  # to 640x480: scaled from the whole BGR picture as before
+        ((1280, 720), YOLOX, False),  # letterboxed into 416x416 (0.325): from the BGR picture
+        ((832, 832), YOLOX, True),  # halved into 416x416
+    ],
+)
+def test_without_a_video_output_a_source_the_model_scales_down_keeps_yuv_frames(
+    size: tuple[int, int], model: dict[str, Any], kept: bool
+) -> None:
+    config = _config(outputs=(JSONL,), model=model)
+    assert yuv_frames(config, size) is kept
+    image = slot_layout(config, "a", {"width": size[0], "height": size[1]})["image"]
+    assert image == (((size[1] * 3 // 2, size[0]), "uint8") if kept else ((size[1], size[0], 3), "uint8"))
+    assert not yuv_frames(_config(outputs=(JSONL,), model=model, frame_format="bgr"), size)

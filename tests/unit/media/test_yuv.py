@@ -55,6 +55,59 @@ def test_a_frame_in_another_format_is_converted_to_bt601_planes() -> None:
     assert np.abs(yuv.to_bgr(planes).astype(int) - to_bgr(frame).astype(int)).mean() < 2.0
 
 
+def _scaled_picture(frame: av.VideoFrame, width: int, height: int) -> np.ndarray:
+    """An I420 picture of another size made from a decoded frame's planes (real content at any size)."""
+    out = np.empty(yuv.shape(width, height), np.uint8)
+    for plane, target in zip(yuv.planes(frame.to_ndarray()), yuv.planes(out), strict=True):
+        target[...] = cv2.resize(plane, (target.shape[1], target.shape[0]), interpolation=cv2.INTER_AREA)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("picture", "size"),
+    [
+        ((1280, 720), (640, 360)),
+        ((1920, 1080), (640, 360)),
+        ((640, 480), (320, 240)),
+        ((1284, 722), (642, 361)),
+    ],
+)
+def test_scaled_before_converted_gives_the_pixels_of_converted_then_scaled(
+    picture: tuple[int, int], size: tuple[int, int]
+) -> None:
+    image = _scaled_picture(_first_frame("bigbuckbunny.mp4"), *picture)
+    reference = cv2.resize(yuv.to_bgr(image), size, interpolation=cv2.INTER_LINEAR).astype(int)
+    scaled = yuv.to_bgr_resized(image, size)
+    assert scaled.shape == (size[1], size[0], 3) and scaled.dtype == np.uint8
+    assert yuv._chroma_picks(picture[1], size[1]) is not None  # the planes were scaled, not the BGR
+    off = np.abs(scaled.astype(int) - reference)
+    # Rounding apart, the same pixels: off by more than a level only where the conversion clips.
+    assert off.mean() < 0.3 and (off > 1).mean() < 0.001
+
+
+@pytest.mark.parametrize(
+    ("picture", "size"), [((1280, 720), (640, 384)), ((768, 576), (640, 480)), ((640, 360), (640, 360))]
+)
+def test_other_sizes_are_converted_first_as_before(picture: tuple[int, int], size: tuple[int, int]) -> None:
+    """Sizes where INTER_LINEAR blends pixels of two chroma samples: the planes alone cannot give them."""
+    image = _scaled_picture(_first_frame("bigbuckbunny.mp4"), *picture)
+    assert yuv._chroma_picks(picture[1], size[1]) is None or yuv._chroma_picks(picture[0], size[0]) is None
+    reference = cv2.resize(yuv.to_bgr(image), size, interpolation=cv2.INTER_LINEAR)
+    assert np.array_equal(yuv.to_bgr_resized(image, size), reference)
+
+
+def test_a_saturated_colour_differs_only_where_the_conversion_clips() -> None:
+    """Pure red, green, blue and grey squares (BT.601 limited range) come out the same either way."""
+    bgr = np.zeros((64, 64, 3), np.uint8)
+    bgr[:32, :32] = (0, 0, 255)
+    bgr[:32, 32:] = (0, 255, 0)
+    bgr[32:, :32] = (255, 0, 0)
+    bgr[32:, 32:] = (128, 128, 128)
+    image = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+    reference = cv2.resize(yuv.to_bgr(image), (32, 32), interpolation=cv2.INTER_LINEAR).astype(int)
+    assert np.abs(yuv.to_bgr_resized(image, (32, 32)).astype(int) - reference).max() <= 1
+
+
 def test_a_box_is_found_in_each_plane_at_its_scale() -> None:
     image = np.zeros(yuv.shape(8, 8), np.uint8)
     boxes = list(yuv.plane_boxes(image, 2, 3, 7, 8))

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
 from framewire.stages import detections
@@ -285,6 +287,27 @@ def test_letterbox_fill_places_scales_and_normalises(pad: str, offset: tuple[int
     # A box found at the padded input maps back to the frame.
     g = task.image.geometry(32, 64)
     assert g.to_frame(np.array([[x0 + 4, 8, x0 + 12, 24]]), 32, 64).tolist() == [[4.0, 8.0, 12.0, 24.0]]
+
+
+@pytest.mark.parametrize(
+    ("size", "planes_first"), [((128, 72), True), ((192, 108), True), ((100, 60), False)]
+)
+def test_an_i420_frame_fills_the_input_as_its_bgr_does(size: tuple[int, int], planes_first: bool) -> None:
+    """Into 64x64: halved or a third, the planes are scaled first (yuv.to_bgr_resized); at any
+    other scale the frame is converted first. Either way the input is the BGR frame's, within rounding."""
+    task = _task(_info(TensorSpec("out", F32, (1, 6, 84))), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    image = np.empty(yuv.shape(*size), np.uint8)
+    rng = np.random.default_rng(3)
+    for plane, (low, high) in zip(yuv.planes(image), ((60, 190), (110, 146), (110, 146)), strict=True):
+        # Smooth content in the gamut: nothing for the conversion to clip.
+        coarse = rng.integers(low, high, (plane.shape[0] // 4 + 1, plane.shape[1] // 4 + 1), dtype=np.uint8)
+        plane[...] = cv2.resize(coarse, (plane.shape[1], plane.shape[0]), interpolation=cv2.INTER_LINEAR)
+    g = task.image.geometry(*size)
+    assert (yuv._chroma_picks(size[1], g.resized_height) is not None) is planes_first
+    from_i420, from_bgr = np.empty((1, 3, 64, 64), F32), np.empty((1, 3, 64, 64), F32)
+    task.preprocess_i420(image, from_i420)
+    task.preprocess(yuv.to_bgr(image), from_bgr)
+    assert np.abs(from_i420 - from_bgr).max() <= 1.5 / 255
 
 
 def test_resize_to_the_height_pads_on_the_right_as_paddleocr_does() -> None:

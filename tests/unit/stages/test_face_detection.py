@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from framewire.engines.onnx_model import describe
 from framewire.engines.onnxruntime import OnnxRuntimeEngine
+from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
 from framewire.stages.tasks import resolve_task
@@ -105,6 +106,43 @@ def test_auto_scales_720p_down_to_640_wide_and_pads_to_32() -> None:
     expected = cv2.resize(frame, (640, 360), interpolation=cv2.INTER_LINEAR)
     np.testing.assert_array_equal(buffer[0, :, :360, :], expected.transpose(2, 0, 1))
     assert not buffer[0, :, 360:, :].any()
+
+
+def _i420_frames(video: str, count: int) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(YUNET.parents[2] / "videos" / video)) as container:
+        return [frame.to_ndarray() for _, frame in zip(range(count), container.decode(video=0))]
+
+
+def test_an_i420_frame_is_scaled_before_it_is_converted_and_finds_the_same_faces(engine) -> None:
+    """720p to 640x360: the planes are scaled, then converted (yuv.to_bgr_resized). The model's
+    input is within rounding of the BGR path's, and the faces are the same ones."""
+    task = _task(score_threshold=0.5)
+    faces = 0
+    for image in _i420_frames("bigbuckbunny.mp4", 40)[::4]:
+        spec = task.input_spec(1280, 720)
+        scaled, converted = np.empty(spec.shape, np.float32), np.empty(spec.shape, np.float32)
+        assert task.preprocess_i420(image, scaled) == task.preprocess(yuv.to_bgr(image), converted)
+        off = np.abs(scaled - converted)
+        assert off.mean() < 0.3 and (off > 1).mean() < 0.002
+        outputs = [engine.infer({task.input_name: b}, task.output_names) for b in (scaled, converted)]
+        found = [task.postprocess(out, {"scale": 0.5}, 1280, 720).data for out in outputs]
+        assert len(found[0]["detections"]) == len(found[1]["detections"])
+        for a, b in zip(found[0]["detections"], found[1]["detections"], strict=True):
+            assert _iou(a["box"], np.asarray(b["box"])) >= 0.9 and abs(a["score"] - b["score"]) <= 0.02
+        faces += len(found[0]["detections"])
+    assert faces >= 2
+
+
+def test_an_i420_frame_the_model_takes_at_its_size_is_converted_as_the_decoder_would() -> None:
+    task = _task()
+    image = _i420_frames("bikes.mp4", 1)[0]  # 640x272: padded, not scaled
+    spec = task.input_spec(640, 272)
+    a, b = np.empty(spec.shape, np.float32), np.empty(spec.shape, np.float32)
+    task.preprocess_i420(image, a)
+    task.preprocess(yuv.to_bgr(image), b)
+    np.testing.assert_array_equal(a, b)
 
 
 def test_auto_never_upscales_and_copies_small_frames_exactly() -> None:
