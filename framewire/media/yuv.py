@@ -129,10 +129,8 @@ def _chroma_picks(length: int, scaled: int) -> np.ndarray | None:
         return None
     at = (np.arange(scaled, dtype=np.float64) + 0.5) * (length / scaled) - 0.5
     first = np.floor(at + 1e-9)
-    exact = np.abs(at - first) < 1e-9
-    if np.all(exact):
-        return (first.astype(np.int64) // 2).astype(np.intp)
-    if np.all(first % 2 == 0):  # two pixels of one sample, whatever the weight
+    alone = np.all(np.abs(at - first) < 1e-9)  # no blend: the pixel itself
+    if alone or np.all(first % 2 == 0):  # or two pixels of one sample, whatever the weight
         return (first.astype(np.int64) // 2).astype(np.intp)
     return None
 
