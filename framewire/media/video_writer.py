@@ -42,6 +42,9 @@ AAC_RATES = (7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000,
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the matrix OpenCV's BGR->I420 uses
 _TV_RANGE = 1  # AVCOL_RANGE_MPEG
 CONTAINERS = ("fmp4", "mp4")
+COPIES_INPUT = frozenset({"libx264", "libx265"})
+"""Encoders that copy each picture into frames of their own during `encode`: they are handed the
+caller's memory without a copy (`VideoFileWriter._picture`)."""
 # A fragment starts at each keyframe (the encoder makes one every `fragment_s`); the index (moov) is
 # written once, with no samples in it, and every fragment is self-contained, so every complete
 # fragment plays. The moov waits for the first fragment (delay_moov) so that its edit list can hide
@@ -181,7 +184,7 @@ class VideoFileWriter:
                 )
             # OpenCV's BGR->I420 measured 5x faster than libswscale here and within 1 level of it.
             planar = cast("npt.NDArray[np.uint8]", cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420))
-        frame = av.VideoFrame.from_ndarray(planar, format="yuv420p")
+        frame = self._picture(planar)
         frame.pts = pts
         frame.time_base = self.info.time_base
         try:
@@ -194,6 +197,17 @@ class VideoFileWriter:
             ) from err
         self._last_pts = pts
         self.frames_written += 1
+
+    def _picture(self, planar: np.ndarray) -> av.VideoFrame:
+        """The encoder's input frame for an I420 array: its memory as it is where the encoder copies
+        the picture in before `encode` returns (x264 and x265 do, into their own frames), so the
+        frame-pool slot can be written again once the output has written it; a copy otherwise.
+        The copy cost the 720p file job's output process 0.3-0.4 ms a frame (docs/benchmarks.md)."""
+        if self.codec in COPIES_INPUT and planar.shape[0] % 6 == 0 and planar.flags.c_contiguous:
+            # PyAV reads the picture's height as rows * 2 / 3 rounded down to a multiple of 4:
+            # right only for heights that are multiples of 4 (rows a multiple of 6).
+            return av.VideoFrame.from_numpy_buffer(planar, format="yuv420p")
+        return av.VideoFrame.from_ndarray(planar, format="yuv420p")
 
     def close(self) -> None:
         """Flush the encoder and the rest of the audio and finish the file; harmless to call twice."""

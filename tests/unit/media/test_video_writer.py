@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import av
+import cv2
 import numpy as np
 import pytest
 
@@ -221,3 +223,78 @@ def test_flac_audio_becomes_aac_at_a_rate_aac_has(tmp_path: Path, rate: int) -> 
     with av.open(str(out_path)) as container:
         assert container.streams.audio[0].codec_context.sample_rate == (16000 if rate == 16000 else 64000)
     assert clips.audio_duration_s(out_path) == pytest.approx(clips.audio_duration_s(speech), abs=0.1)
+
+
+def _i420_frames(count: int) -> tuple[StreamInfo, list[np.ndarray], list[int]]:
+    from framewire.media import yuv
+
+    with VideoReader("yuv", str(VIDEOS / "bikes.mp4")) as reader:
+        info = reader.info
+        frames, pts = [], []
+        for pending, p, _ in itertools.islice(reader.pending_frames(), count):
+            planar = np.empty(yuv.shape(info.width, info.height), np.uint8)
+            pending.write_into(planar)
+            frames.append(planar)
+            pts.append(p)
+    return info, frames, pts
+
+
+def _packets(path: Path) -> list[bytes]:
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(video=0) if p.size]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_x264_is_handed_the_callers_memory_which_is_free_again_once_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    # A frame-pool slot goes back to its source once the output has written it: the encoder must
+    # have taken the picture by then. One buffer, overwritten with noise right after each write,
+    # gives the same stream as a fresh array a frame.
+    info, frames, pts = _i420_frames(24)
+    wrapped = []
+    real = av.VideoFrame.from_numpy_buffer
+
+    def from_numpy_buffer(array: np.ndarray, format: str = "rgb24", width: int = 0) -> av.VideoFrame:
+        wrapped.append(array)
+        return real(array, format=format, width=width)
+
+    monkeypatch.setattr(av.VideoFrame, "from_numpy_buffer", staticmethod(from_numpy_buffer))
+    noise = np.random.default_rng(0).integers(0, 256, frames[0].shape, dtype=np.uint8)
+    slot = np.empty_like(frames[0])
+    reused = VideoFileWriter(str(tmp_path / "reused.mp4"), info, preset="ultrafast", threads=threads)
+    with reused:
+        for planar, p in zip(frames, pts):
+            np.copyto(slot, planar)
+            reused.write(slot, p)
+            np.copyto(slot, noise)
+    assert len(wrapped) == len(frames) and all(a is slot for a in wrapped)
+
+    monkeypatch.setattr("framewire.media.video_writer.COPIES_INPUT", frozenset())
+    copied = VideoFileWriter(str(tmp_path / "copied.mp4"), info, preset="ultrafast", threads=threads)
+    with copied:
+        for planar, p in zip(frames, pts):
+            copied.write(planar.copy(), p)
+    assert len(wrapped) == len(frames)  # the copy path did not wrap
+    assert _packets(tmp_path / "reused.mp4") == _packets(tmp_path / "copied.mp4")
+
+
+def test_a_height_pyav_cannot_wrap_is_copied(tmp_path: Path) -> None:
+    # 176x142: PyAV would read an I420 array of 213 rows as 140 rows high; such frames are copied.
+    from framewire.media import yuv
+
+    info = StreamInfo(
+        source_id="odd", uri="odd", width=176, height=142, fps=Fraction(25), time_base=Fraction(1, 25),
+        frame_count=3, duration_s=None, has_audio=False, audio_codec=None, is_file=True,
+    )
+    images = [clips.draw_frame(i, 176, 142) for i in range(3)]
+    writer = VideoFileWriter(str(tmp_path / "odd.mp4"), info, preset="ultrafast", crf=12)
+    with writer:
+        for i, image in enumerate(images):
+            planar = cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420)
+            assert planar.shape == yuv.shape(176, 142)
+            writer.write(planar, i)
+    with av.open(str(tmp_path / "odd.mp4")) as container:
+        decoded = [f.to_ndarray(format="bgr24") for f in container.decode(video=0)]
+    assert [d.shape for d in decoded] == [(142, 176, 3)] * 3
+    assert np.abs(decoded[2].astype(np.int16) - images[2]).mean() < 5
