@@ -244,6 +244,10 @@ class VideoReader:
             raise SourceError(f"source {self.source_id}: frames() is read once, between open() and close()")
         self._reading = True
         step = info.frame_duration
+        # pts * time_base in seconds as int arithmetic: the same float as through Fraction (both are
+        # one correctly rounded division), without a Fraction a frame (a fifth of the live decode
+        # worker's own Python time, py-spy: docs/benchmarks.md).
+        num, den = info.time_base.numerator, info.time_base.denominator
         index = 0
         last_pts: int | None = None
         derived = 0
@@ -255,7 +259,7 @@ class VideoReader:
                 pts = next_pts(frame.pts, last_pts, step)
                 derived += pts != frame.pts
                 last_pts = pts
-                yield frame, pts, float(pts * info.time_base), index
+                yield frame, pts, pts * num / den, index
                 index += 1
         except av.FFmpegError as err:
             reason = error_reason(err, self.timeout_s)

@@ -152,6 +152,10 @@ class LiveSource:
         self._last_pts: int | None = None
         self._offset: int | None = None
         self._gap_s = 0.0
+        self._time_base: Fraction | None = None
+        self._rescale: Fraction | None = None
+        """The current connection's time_base over the first's; None when they are the same."""
+        self._step = 1
         self.audio_sink: Callable[[Any, float], None] | None = None
         """Set before `open()`: receives the stream's own audio frames and the offset (seconds) that
         puts them on the source's timeline, the one its frames' pts follow across reconnects."""
@@ -196,9 +200,10 @@ class LiveSource:
             reader = self._reader
             assert reader is not None
             try:
+                num, den = first.time_base.numerator, first.time_base.denominator  # ints: no Fraction a frame
                 for image, raw_pts, _ in reader.pending_frames():  # converted straight into the slot
                     pts = self._retime(raw_pts, reader.info.time_base)
-                    yield image, pts, float(pts * first.time_base)
+                    yield image, pts, pts * num / den
                 why = f"source {self.source_id}: the stream ended"
             except SourceError as err:
                 why = str(err)
@@ -294,14 +299,17 @@ class LiveSource:
         """`pts` of the current connection on the first connection's timeline: after a reconnect
         the stream's clock starts over, so the frames go on from the last pts plus the gap."""
         assert self._first is not None
-        base = self._first.time_base
-        raw = pts if time_base == base else round(pts * time_base / base)
-        step = self._first.frame_duration
+        if time_base is not self._time_base:  # a new connection's: compared once, not each frame
+            self._time_base = time_base
+            self._rescale = None if time_base == self._first.time_base else time_base / self._first.time_base
+            self._step = self._first.frame_duration
+        raw = pts if self._rescale is None else round(pts * self._rescale)
+        step = self._step
         if self._offset is None:
             if self._last_pts is None:
                 self._offset = 0
             else:
-                self._offset = self._last_pts + max(step, round(self._gap_s / base)) - raw
+                self._offset = self._last_pts + max(step, round(self._gap_s / self._first.time_base)) - raw
         out = raw + self._offset
         if self._last_pts is not None and out <= self._last_pts:
             out = self._last_pts + step
