@@ -169,6 +169,21 @@ def test_explicit_input_size_fits_keeping_aspect_and_pads() -> None:
     assert not buffer[0, :, 136:, :].any()
 
 
+def test_preprocess_gives_each_frame_its_own_pixels_whatever_came_before() -> None:
+    # The planes OpenCV splits into are kept from frame to frame (and made anew for another size):
+    # each input must still be that frame's, planar and padded, never an earlier frame's.
+    task = _task()
+    rng = np.random.default_rng(3)
+    for width, height in [(640, 272), (640, 272), (176, 144), (640, 272)]:
+        frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        spec = task.input_spec(width, height)
+        buffer = np.full(spec.shape, -1.0, np.float32)
+        task.preprocess(frame, buffer)
+        expected = np.zeros(spec.shape, np.float32)
+        expected[0, :, :height, :width] = frame.transpose(2, 0, 1)
+        assert np.array_equal(buffer, expected), (width, height)
+
+
 def test_preprocess_rejects_a_buffer_of_the_wrong_shape() -> None:
     with pytest.raises(ValueError, match=r"\(1, 3, 160, 192\)"):
         _task().preprocess(np.zeros((144, 176, 3), np.uint8), np.empty((1, 3, 144, 176), np.float32))
