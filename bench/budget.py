@@ -18,6 +18,10 @@ and the streams the cores could carry, with nothing but the work and with framew
 `--profile`: one more run of the same job, sampled by py-spy (bench/pyspy.py); its busy samples,
 per process, split that process's CPU seconds into buckets: the work and framewire's own parts.
 The figures of the unprofiled runs are the ones to quote; the profiled run is slower.
+
+`--perf` (live): one more run whose measured window Linux perf samples on every CPU (bench/oncpu.py):
+each stage's CPU a frame by the library it ran in. Unlike py-spy it counts only time on a CPU; it
+cannot name Python functions, only the interpreter.
 """
 
 from __future__ import annotations
@@ -26,15 +30,17 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from bench import harness, limit, pyspy
+from bench import harness, limit, oncpu, pyspy
+from framewire.pipeline.errors import FramewireError
 
 DEFAULT_CLIP = harness.ROOT / "assets" / "videos" / "bikes.mp4"
 FIRST_FRAME_TIMEOUT_S = 180.0
@@ -58,6 +64,8 @@ def add_arguments(
     arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
     arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
     arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
+    arg("--perf", action="store_true", help="live: one more run, sampled on-CPU by Linux perf, by library")
+    arg("--perf-rate", type=int, default=999, help="perf samples a second a CPU (default: 999)")
     arg("--max-load", type=float, default=None, help="wait (45 s at most) for a load below this")
     arg("--json", metavar="PATH", help="write the results as JSON here")
     arg("--keep", metavar="DIR", help="keep the output files in DIR (else a temp folder)")
@@ -68,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
+    if args.perf:  # before any run: a missing perf must not cost the runs before the perf one
+        if args.streams <= 0:
+            raise FramewireError("bench budget --perf: it samples the live job (--streams N)")
+        oncpu.check()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fw-budget-"))
     folder.mkdir(parents=True, exist_ok=True)
     try:
@@ -194,8 +206,16 @@ def live_job(config: Any, uri: str, streams: int, staleness_ms: float, folder: P
     return validate_config(raw, "bench budget")
 
 
+class Recorder(Protocol):
+    """A sampler of the measured window (py-spy's or perf's): its process, and `stop()` for its text."""
+
+    process: subprocess.Popen[Any]
+
+    def stop(self) -> str: ...
+
+
 def run_live(
-    job: Any, seconds: float, exclude: frozenset[int], record: Callable[[], pyspy.Recorder] | None = None
+    job: Any, seconds: float, exclude: frozenset[int], record: Callable[[], Recorder] | None = None
 ) -> dict[str, Any]:
     """Run the live job until `seconds` after its first frame out; the CPU seconds its processes
     spent in that window (the start-up and the drain left out), each one's, and its report. With
@@ -324,6 +344,8 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             runs.append(one)
         if args.profile:
             result["profile"] = live_profile(config, uri, args, folder, exclude)
+        if args.perf:
+            result["perf"] = live_oncpu(config, uri, args, folder, exclude)
     finally:
         server.kill()
         server.wait()
@@ -403,6 +425,24 @@ def live_profile(
             "where": pyspy.where_summary(where)}  # fmt: skip
 
 
+def live_oncpu(
+    config: Any, uri: str, args: argparse.Namespace, folder: Path, exclude: frozenset[int]
+) -> dict[str, Any]:
+    """One more live run, its measured window sampled on-CPU by perf: each stage's time by library."""
+    job = live_job(config, uri, args.streams, args.staleness_ms, folder / "perf")
+
+    def record() -> oncpu.Recorder:
+        return oncpu.Recorder(folder / "perf.data", rate=args.perf_rate)
+
+    _wait(args)
+    ran = run_live(job, args.seconds, exclude, record=record)
+    stats = live_stats(job, ran)
+    names = {pid: name for pid, (name, _) in (ran.get("window_by_pid") or {}).items()}
+    counts = oncpu.count(ran.get("raw_profile") or "", names)
+    summary = oncpu.summarise(counts, rate=args.perf_rate, frames=stats["frames_in_window"])
+    return {"run": {k: v for k, v in stats.items() if k != "per_stream"}, **summary}
+
+
 def file_profile(job: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """One more daemon run of the file job, sampled by py-spy from start to end (start-up included)."""
     from bench.pipeline import redirect_outputs, run_daemon
@@ -470,4 +510,9 @@ def format_table(result: Mapping[str, Any]) -> str:
         text += "\n\nCPU ms a frame per process and bucket (profiled run, py-spy)\n"
         text += harness.table(header, body)
         text += "\nframewire's own, biggest first: " + ", ".join(result["profile"]["own_top"])
+    if "perf" in result:
+        header, *body = oncpu.table(result["perf"])
+        text += "\n\nCPU ms a frame per process and library (on-CPU samples, perf)\n"
+        text += harness.table(header, body)
+        text += "\nframewire's own, biggest first: " + ", ".join(result["perf"]["own_top"])
     return text

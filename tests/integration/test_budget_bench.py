@@ -1,6 +1,7 @@
 """`bench budget --streams` end to end at a small scale: the loopback RTSP server looping a small clip,
-two live sources for three seconds, the work alone timed on the same stream, and a py-spy profile of
-every process of one more run, summarised per process into the work and framewire's own buckets."""
+two live sources for three seconds, the work alone timed on the same stream, a py-spy profile of
+every process of one more run, summarised per process into the work and framewire's own buckets,
+and perf's on-CPU samples of a last run, by library."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from framewire import cli
 from tests.support.clips import make_clip
-from tests.support.components import pyspy
+from tests.support.components import perf, pyspy
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_budget_live_measures_streams_the_work_and_a_profile(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pyspy()  # the profiler, set up (or ComponentMissing: fail, not skip)
+    pyspy()  # the profilers, set up (or ComponentMissing: fail, not skip)
+    perf()
     clip = make_clip(tmp_path / "face.mp4", width=320, height=256, frames=25,
                      from_clip=ROOT / "assets" / "videos" / "carphone_pristine.mp4")  # fmt: skip
     config = tmp_path / "live.yaml"
@@ -40,7 +42,8 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     out = tmp_path / "budget.json"
     code = cli.main([
         "bench", "budget", "-c", str(config), "--streams", "2", "--seconds", "3", "--clip", str(clip),
-        "--work-frames", "25", "--profile", "--profile-rate", "100", "--json", str(out),
+        "--work-frames", "25", "--profile", "--profile-rate", "100", "--perf", "--perf-rate", "499",
+        "--json", str(out),
     ])  # fmt: skip
     assert code == 0
     result = json.loads(out.read_text())
@@ -65,6 +68,14 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     # frame, 50 frames a second: about 30 of the 300 samples of 3 s at 100 Hz).
     assert profile["processes"]["infer[0]"]["ms_per_frame"]["model"] > 0
     assert not any("model" in p["ms_per_frame"] for n, p in profile["processes"].items() if n != "infer[0]")
+    # perf's on-CPU samples: the model in the infer process, FFmpeg's decoding in the decode ones.
+    on_cpu = result["perf"]
+    assert on_cpu["frames"] > 0 and on_cpu["samples"] > 0 and on_cpu["rate_hz"] == 499
+    assert on_cpu["stages"]["infer"]["model"] > 0 and on_cpu["stages"]["decode"]["decode"] > 0
+    assert not any("model" in row for stage, row in on_cpu["stages"].items() if stage != "infer")
+    assert not any("decode" in row for stage, row in on_cpu["stages"].items() if stage != "decode")
+    assert on_cpu["ms_per_frame"]["python"] > 0 and on_cpu["own_ms_per_frame"] > 0
     table = capsys.readouterr().out
     assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
+    assert "per process and library (on-CPU samples, perf)" in table
     assert "fps kept, fastest stream" in table and "frames kept, all streams" in table

@@ -155,6 +155,25 @@ def pyspy() -> Path:
     return binary
 
 
+def perf() -> Path:
+    """Linux perf (bench budget --perf), from Debian's linux-perf, installed with apt-get (root) when
+    it is missing: a binary with a dozen system libraries, like chromium. Sampling every CPU needs
+    root or kernel.perf_event_paranoid 0."""
+    with _locked("perf"):
+        if shutil.which("perf") is None:
+            if os.geteuid() != 0:
+                raise ComponentMissing("perf: not installed, and installing it needs root (apt-get install linux-perf)")
+            if not _apt_lists_present():
+                _run(["apt-get", "update", "-qq"])
+            _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "linux-perf"], timeout=1200)
+    from bench import oncpu
+
+    try:
+        return Path(oncpu.check())
+    except oncpu.PerfUnavailable as exc:
+        raise ComponentMissing(f"perf: {exc}") from None
+
+
 # Each component by name, for `python -m tests.support.components [NAME ...]` (make test: all of them).
 SETUP: dict[str, Callable[[], object]] = {
     "mosquitto": mosquitto,
@@ -163,6 +182,7 @@ SETUP: dict[str, Callable[[], object]] = {
     "tansu": tansu,
     "triton-venv": triton_venv,
     "pyspy": pyspy,
+    "perf": perf,
 }
 
 
