@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench import harness, limit, oncpu, pyspy
-from framewire.pipeline.errors import FramewireError
+from framewire import FramewireError
 
 DEFAULT_CLIP = harness.ROOT / "assets" / "videos" / "bikes.mp4"
 FIRST_FRAME_TIMEOUT_S = 180.0

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from framewire.pipeline.errors import FramewireError
+from framewire import FramewireError
 
 WORK_BUCKETS = ("model", "decode", "encode")
 OWN_BUCKETS = ("python", "numpy", "opencv", "ffmpeg other", "zeromq", "msgpack", "libc", "kernel", "other")
