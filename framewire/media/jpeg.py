@@ -8,11 +8,13 @@ for a 640x272 frame (docs/benchmarks.md, "The web console's previews").
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-from framewire.pipeline.ops.preview import Encoder
+if TYPE_CHECKING:  # the workers import this module: not the preview's HTTP side and its metrics
+    from framewire.pipeline.ops.preview import Encoder
 
 
 def encode_jpeg(image: np.ndarray, max_width: int = 640, quality: int = 75) -> bytes:
