@@ -12,8 +12,8 @@ function. The two together give the budget of a frame.
 It runs as `perf record -a -e cpu-clock -F RATE` (every CPU, no call graphs) for the measured
 window, then `perf script -F pid,tid,ip,dso`: one line a sample. Each sample goes to its process
 (the benchmark's names: decode[0], infer[1], ...; others are left out) and to a bucket by its
-library: the work (the model in ONNX Runtime; FFmpeg's demuxing and decoding in the decode
-processes; x264 or x265), or framewire's own (the Python interpreter, NumPy, OpenCV, other FFmpeg,
+library: the work (the model in ONNX Runtime, in the stage workers; FFmpeg's demuxing and
+decoding in the decode processes; x264 or x265), or framewire's own (the Python interpreter, NumPy, OpenCV, other FFmpeg,
 ZeroMQ, msgpack, the C library, the kernel, other). It needs perf (Debian: linux-perf) and the
 right to sample every CPU (root, or kernel.perf_event_paranoid at 0 or below).
 """
@@ -114,10 +114,14 @@ def library_bucket(dso: str) -> str:
 
 def bucket(process: str, dso: str) -> str:
     """A sample's bucket: FFmpeg is the work in a decode process and framewire's own elsewhere (the
-    output's muxing, a worker's PyAV calls)."""
+    output's muxing, a worker's PyAV calls); ONNX Runtime is the model's work in a stage worker
+    (named `stage[i]`) and framewire's own in the hub or the fork server, which load it but run no
+    frames through it (a few samples of its threads, now and then)."""
     kind = library_bucket(dso)
     if kind == "ffmpeg":
         return "decode" if process.startswith("decode") else "ffmpeg other"
+    if kind == "model" and not process.endswith("]"):
+        return "other"
     return kind
 
 

@@ -30,11 +30,12 @@ SCRIPT = f"""\
    303/303      7f0f22222223 ({SITE}/av.libs/libavformat-4639def2.so.62.12.102)
    303/303      7f0f22222224 ({SITE}/msgpack/_cmsgpack.cpython-311-x86_64-linux-gnu.so)
    404/404      7f0f33333333 (/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0)
+   505/505      7f0f55555555 ({SITE}/onnxruntime/capi/onnxruntime_pybind11_state.cpython-311-x86_64-linux-gnu.so)
    999/999      7f0f44444444 (/usr/lib/x86_64-linux-gnu/libc.so.6)
    303/303      7f0f22222225 ([unknown])
 not a sample line
 """
-NAMES = {101: "infer[0]", 202: "decode[3]", 303: "output[0]", 404: "hub (bench process)"}
+NAMES = {101: "infer[0]", 202: "decode[3]", 303: "output[0]", 404: "hub (bench process)", 505: "python -B -c"}
 
 
 def test_each_library_goes_to_its_bucket_and_ffmpeg_is_work_only_in_a_decode_process() -> None:
@@ -48,23 +49,25 @@ def test_each_library_goes_to_its_bucket_and_ffmpeg_is_work_only_in_a_decode_pro
     assert counts[("output[0]", "ffmpeg other")] == 1  # the muxer: not the work
     assert counts[("output[0]", "msgpack")] == counts[("output[0]", "other")] == 1
     assert counts[("hub (bench process)", "python")] == 1
-    assert sum(counts.values()) == 16  # pid 999 is not the job's, the last line is no sample
+    # The fork server loads ONNX Runtime but runs no frame through it: not the model's work.
+    assert counts[("python -B -c", "other")] == 1 and ("python -B -c", "model") not in counts
+    assert sum(counts.values()) == 17  # pid 999 is not the job's, the last line is no sample
 
 
 def test_summary_gives_cpu_ms_a_frame_per_stage_and_the_own_part_biggest_first() -> None:
     counts = oncpu.count(SCRIPT, {**NAMES, 102: "infer[1]"} | {101: "infer[0]"})
     # 100 samples a second: each is 10 ms of CPU; over 10 frames, 1 ms a frame.
     summary = oncpu.summarise(counts, rate=100, frames=10)
-    assert summary["samples"] == 16
+    assert summary["samples"] == 17
     assert summary["stages"]["infer"]["model"] == pytest.approx(2.0)
     assert summary["stages"]["decode"]["decode"] == pytest.approx(3.0)
     assert summary["ms_per_frame"]["python"] == pytest.approx(2.0)  # infer and the hub
     assert summary["work_ms_per_frame"] == pytest.approx(6.0)  # model 2, decode 3, encode 1
-    assert summary["own_ms_per_frame"] == pytest.approx(10.0)
+    assert summary["own_ms_per_frame"] == pytest.approx(11.0)
     assert summary["own_top"][0] == "python"
     header, *rows = oncpu.table(summary)
     assert header[0] == "process" and "model" in header and "decode" in header
-    assert [r[0] for r in rows] == ["decode", "hub (bench process)", "infer", "output", "all"]
+    assert [r[0] for r in rows] == ["decode", "hub (bench process)", "infer", "output", "python -B -c", "all"]
 
 
 def test_without_perf_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
