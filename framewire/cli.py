@@ -180,6 +180,10 @@ def classes_line(labels: Sequence[str], limit: int = 20) -> str:
 
 def _run(args: argparse.Namespace, level: int) -> int:
     """argv -> config -> `framewire.start` -> exit code; SIGINT/SIGTERM drain the job, twice stop it."""
+    from framewire.app.preload import PRELOAD
+    from framewire.pipeline.worker.forkserver import start_early
+
+    start_early(PRELOAD)  # the workers' imports run beside the config's loading and checking (below)
     from framewire.app.progress import ProgressDisplay
     from framewire.runner import start
 

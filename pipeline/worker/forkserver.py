@@ -28,7 +28,9 @@ def worker_context(preload: Sequence[str] = ()) -> Any:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     # Always set, so the server ignores the stop signals whatever else it preloads (pipeline.worker_signals).
-    context.set_forkserver_preload([WORKER_SIGNALS, *preload])  # takes effect when the server starts
+    # "__main__": the server runs the main script's imports once (as `__mp_main__`, so its `if
+    # __name__ == "__main__"` block stays out), and no worker runs them again after its fork.
+    context.set_forkserver_preload(["__main__", WORKER_SIGNALS, *preload])  # takes effect when the server starts
     return context
 
 
