@@ -290,7 +290,7 @@ class Recorder:
             self.process.kill()
             _, err = self.process.communicate()
         if not self.path.exists():
-            raise RuntimeError(f"py-spy wrote no profile ({one_line(err)})")
+            raise RuntimeError(f"py-spy wrote no profile (exit status {self.process.returncode}: {one_line(err)})")
         return self.path.read_text(encoding="utf-8", errors="replace")
 
 
