@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, Stage
+from framewire.pipeline.names import UNDRAWN
 from framewire.registry import COMPOSITES
 from framewire.stages import detections
 from framewire.stages.tasks import validation_error
@@ -57,6 +58,12 @@ class Composite(ABC):
     def apply(self, frame: np.ndarray, result: Result) -> None:
         """Draw `result` onto `frame` (BGR uint8 HxWx3, or I420 where `takes_yuv`) in place."""
 
+    def draws(self, result: Result) -> bool:
+        """Whether `apply` may change a frame with this `result`. When no composite of a frame may,
+        the composite stage leaves the frame as decoded and does not copy it to draw on. True unless
+        a composite knows better (the detection composites: a detection they act on)."""
+        return True
+
 
 # --- detections -----------------------------------------------------------------------------------
 
@@ -73,6 +80,10 @@ class DetectionParams(CompositeParams):
         if self.classes is None:
             return True
         return detection.get("label") in self.classes or detection.get("class_id") in self.classes
+
+    def wants_any(self, result: Result) -> bool:
+        """Whether the result holds a detection this composite acts on."""
+        return any(self.wants(found) for found in detections.of(result.data))
 
 
 class FaceRegionParams(DetectionParams):
@@ -128,6 +139,9 @@ class Blur(Composite):
 
     takes_yuv: ClassVar[bool] = True
 
+    def draws(self, result: Result) -> bool:
+        return self.params.wants_any(result)
+
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
             kx = self.params.strength * (x1 - x0)
@@ -145,6 +159,9 @@ class Pixelate(Composite):
 
     takes_yuv: ClassVar[bool] = True
 
+    def draws(self, result: Result) -> bool:
+        return self.params.wants_any(result)
+
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
             for region, _ in _boxes(frame, x0, y0, x1, y1):
@@ -160,6 +177,9 @@ class Boxes(Composite):
     kind: ClassVar[str] = "boxes"
     Params: ClassVar[type[CompositeParams]] = BoxesParams
     params: BoxesParams
+
+    def draws(self, result: Result) -> bool:
+        return self.params.wants_any(result)
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
         thickness = self.params.thickness
@@ -307,15 +327,18 @@ class CompositeStage(Stage):
         self.composites = tuple(composites)
 
     def process(self, frame: Frame) -> Iterable[Frame]:
+        result = Result(data=frame.result or {}, arrays=frame.tensors)
         image = frame.region("image")
-        if frame.has_region("output"):
+        if not any(composite.draws(result) for composite in self.composites):
+            frame.meta[UNDRAWN] = True  # the outputs show the image as decoded: no copy to draw on
+        elif frame.has_region("output"):
             canvas = frame.region("output")
             np.copyto(canvas, image)
+            for composite in self.composites:
+                composite.apply(canvas, result)
         else:
-            canvas = image
-        result = Result(data=frame.result or {}, arrays=frame.tensors)
-        for composite in self.composites:
-            composite.apply(canvas, result)
+            for composite in self.composites:
+                composite.apply(image, result)
         # Drawn: the outputs need the pixels and the JSON result, not the matte; embeddings of
         # secondary models go on to the ZeroMQ output.
         frame.tensors = {k: v for k, v in frame.tensors.items() if k.startswith(detections.EMBEDDINGS)}

@@ -31,7 +31,7 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
-from framewire.pipeline.names import COMPOSITE, TRACK
+from framewire.pipeline.names import TRACK, shows_output
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -267,7 +267,7 @@ class Hub:
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
         if self.tap is not None and record.pool is not None:
-            composited = COMPOSITE in (state.header.get("ts") or {})  # as the outputs tell (record.composited_image)
+            composited = shows_output(state.header.get("ts") or {}, state.header.get("meta"))  # as the outputs tell
             self.tap.frame_done(key.source, record.pool, state.slot, _COMPOSITED if composited else _DECODED)
         record.give_slot(state.slot)
         self.done_total += 1

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from framewire.pipeline.frame import Frame
-from framewire.pipeline.names import COMPOSITE, DECODE, MIDDLE
+from framewire.pipeline.names import DECODE, MIDDLE, shows_output
 from framewire.stages.detections import EMBEDDINGS
 
 RECORD_VERSION = 2
@@ -57,6 +57,6 @@ def embedding_arrays(frame: Frame) -> list[tuple[str, np.ndarray]]:
 
 def composited_image(frame: Frame) -> Any:
     """The frame as the outputs should show it: composited if the composite stage ran on it."""
-    if COMPOSITE in frame.timings and frame.has_region("output"):
+    if shows_output(frame.timings, frame.meta) and frame.has_region("output"):
         return frame.region("output")
     return frame.region("image")

@@ -313,6 +313,57 @@ def test_stage_draws_into_output_and_keeps_the_decoded_image() -> None:
     stage.stop()
 
 
+@pytest.mark.parametrize(
+    ("composites", "result"),
+    [
+        ([("blur", {})], {"detections": []}),
+        ([("pixelate", {}), ("boxes", {})], {}),
+        ([("blur", {"classes": ["plate"]}), ("boxes", {"classes": [3]})], {"detections": [FACE]}),
+    ],
+)
+def test_a_frame_nothing_draws_on_is_shown_as_decoded_without_a_copy(
+    composites: list[tuple[str, dict[str, Any]]], result: dict[str, Any]
+) -> None:
+    """No detection a composite acts on: the frame is not copied to `output`, and every reader of
+    the composited frame (the outputs, the hub's frame tap) shows `image` instead."""
+    from framewire.pipeline.names import COMPOSITE, shows_output
+    from framewire.stages.outputs.record import composited_image
+
+    image, output = _noise(), np.zeros((272, 640, 3), np.uint8)
+    original = image.copy()
+    stage = CompositeStage([resolve_composite(kind, params, i) for i, (kind, params) in enumerate(composites)])
+    frame = _frame(_FakePool(image=image, output=output), result)
+    (done,) = stage.process(frame)
+    done.timings[COMPOSITE] = [0.0, 0.0]  # as the worker loop stamps it
+    assert not output.any()  # left alone: no copy
+    np.testing.assert_array_equal(image, original)
+    assert composited_image(done) is image
+    header = done.to_header()
+    assert not shows_output(header["ts"], header.get("meta"))
+
+
+def test_a_frame_one_composite_draws_on_is_copied_and_drawn_by_all() -> None:
+    """One composite acting on the frame is enough: the frame is copied and every composite draws,
+    and the readers show `output`."""
+    from framewire.pipeline.names import COMPOSITE, shows_output
+    from framewire.stages.outputs.record import composited_image
+
+    image, output = _noise(), np.zeros((272, 640, 3), np.uint8)
+    stage = CompositeStage([resolve_composite("blur", {"classes": ["plate"]}), resolve_composite("boxes", {}, 1)])
+    (done,) = stage.process(_frame(_FakePool(image=image, output=output), {"detections": [FACE]}))
+    done.timings[COMPOSITE] = [0.0, 0.0]
+    changed = _changed(image, output)
+    assert changed[55:165, 95:185].any() and not changed[:, 300:].any()  # the outline, and the rest copied
+    assert composited_image(done) is output
+    header = done.to_header()
+    assert shows_output(header["ts"], header.get("meta"))
+
+
+def test_a_composite_of_unknown_kind_draws_on_every_frame() -> None:
+    """A composite that does not say (a plugin's, a matte's) is taken to draw on every frame."""
+    assert resolve_composite("background_replace", {"color": [1, 2, 3]}).draws(Result(data={}))
+
+
 def test_stage_passes_the_matte_to_matte_composites() -> None:
     image = _noise()
     output = np.empty_like(image)
