@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 _DECODED = frozenset({"image"})
 _COMPOSITED = frozenset({"image", "output"})
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 TICK_MS = 50
 Progress = Callable[[int, int | None], None]
 """Called with the frames done so far and the job's total, when every source says it."""
@@ -126,9 +127,14 @@ class Hub:
         self.observer.on_tick(self.router, self.roster, self.inputs, pids)
 
     def receive_all(self) -> None:
+        sock = self.sock
         for _ in range(1000):
+            # Asked, not tried: an empty socket's zmq.Again is an exception made and caught at the
+            # end of every turn (5-8 us against 2.5 for the question).
+            if not sock.getsockopt(_EVENTS) & _POLLIN:
+                return
             try:
-                parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             self._handle(parts)

@@ -9,6 +9,8 @@ than held in prometheus_client's metric objects because several families mirror 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import platform
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,14 +27,31 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+_LABELS: dict[tuple[tuple[str, object], ...], Labels] = {}
+"""`labels` of the label values as they were passed: the hub passes the same few a frame, several
+times a frame. Cleared when it holds LABELS_KEPT (sources come and go in a daemon that runs for weeks)."""
+LABELS_KEPT = 4096
+
+
 def labels(**values: object) -> Labels:
-    return tuple(sorted((k, str(v)) for k, v in values.items()))
+    raw = tuple(values.items())
+    try:
+        return _LABELS[raw]
+    except KeyError:
+        made = _LABELS[raw] = tuple(sorted((k, str(v)) for k, v in raw))
+        if len(_LABELS) > LABELS_KEPT:
+            _LABELS.clear()
+        return made
+    except TypeError:  # a value that is not hashable: made each time
+        return tuple(sorted((k, str(v)) for k, v in raw))
 
 
 @dataclass
 class _Histogram:
     buckets: Sequence[float]
     counts: list[int] = field(default_factory=list)
+    """Values in each bucket alone (between the bound before and this one); `cumulative()` gives
+    Prometheus's counts. One bucket a value, found by bisection, not 14 compared a value."""
     total: float = 0.0
     count: int = 0
 
@@ -42,9 +61,13 @@ class _Histogram:
     def observe(self, value: float) -> None:
         self.total += value
         self.count += 1
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
+        i = bisect.bisect_left(self.buckets, value)
+        if i < len(self.counts):
+            self.counts[i] += 1
+
+    def cumulative(self) -> list[int]:
+        """Values at or under each bound, as Prometheus's `_bucket` series count them."""
+        return list(itertools.accumulate(self.counts))
 
 
 @dataclass
@@ -154,7 +177,7 @@ def _metric(family: _Family) -> Metric:
     elif family.kind == "histogram":
         metric = Metric(family.name, family.help, "histogram")
         for key, hist in sorted(family.histograms.items()):
-            for bound, count in zip(hist.buckets, hist.counts, strict=True):
+            for bound, count in zip(hist.buckets, hist.cumulative(), strict=True):
                 metric.add_sample(f"{family.name}_bucket", {**dict(key), "le": _bound(bound)}, count)
             metric.add_sample(f"{family.name}_bucket", {**dict(key), "le": "+Inf"}, hist.count)
             metric.add_sample(f"{family.name}_sum", dict(key), hist.total)
