@@ -79,6 +79,8 @@ class HubConnection:
     def __init__(self, ctx: zmq.Context, sock: zmq.Socket) -> None:
         self.ctx = ctx
         self.sock = sock
+        self._poller = zmq.Poller()
+        self._poller.register(sock, zmq.POLLIN)
 
     @classmethod
     def open(cls, spec: WorkerSpec) -> HubConnection:
@@ -98,11 +100,11 @@ class HubConnection:
         msg.send(self.sock, msg.encode(header, tensors))
 
     def poll(self, timeout_ms: int) -> bool:
-        return bool(self.sock.poll(timeout_ms))
+        return bool(self._poller.poll(timeout_ms))  # a kept Poller: `Socket.poll` makes one a call
 
     def receive(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """The next message (call after `poll`); None when it broke the wire format (logged)."""
-        parts = self.sock.recv_multipart(copy=False)
+        parts = msg.receive(self.sock)
         try:
             return msg.decode(parts)
         except msg.WireError as exc:

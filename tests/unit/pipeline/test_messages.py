@@ -55,3 +55,33 @@ def test_random_bytes_never_crash_the_decoder() -> None:
             msg.decode(parts)
         except msg.WireError:
             pass
+
+
+def test_receive_copies_the_identity_and_header_and_leaves_the_tensors_in_place() -> None:
+    """Off a ROUTER: the peer's identity and the header as bytes, each tensor's buffer a zmq.Frame
+    the array is a view of; a message of one frame comes back as it is, with no wait for a second."""
+    import zmq
+
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        router.bind("inproc://receive-test")
+        dealer.setsockopt(zmq.IDENTITY, b"w1")
+        dealer.connect("inproc://receive-test")
+        big = np.arange(100_000, dtype=np.uint8)
+        msg.send(dealer, msg.encode({"type": msg.RESULT, "source": "cam0", "seq": 1, "slot": 0}, {"big": big}))
+        assert router.poll(5000)
+        parts = msg.receive(router, prefix=1)
+        assert parts[0] == b"w1" and isinstance(parts[1], bytes) and isinstance(parts[2], zmq.Frame)
+        header, tensors = msg.decode(parts[1:])
+        assert header["seq"] == 1
+        np.testing.assert_array_equal(tensors["big"], big)
+        assert not tensors["big"].flags.owndata  # a view of the received frame, not a copy
+
+        router.send_multipart([b"w1", b"only a header"])
+        assert dealer.poll(5000)
+        assert msg.receive(dealer) == [b"only a header"]
+    finally:
+        dealer.close(linger=0)
+        router.close(linger=0)
+        ctx.term()
