@@ -321,24 +321,25 @@ def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> C
 
 class CompositeStage(Stage):
     """The composite stage: copies the decoded image into the slot's `output` region and draws the
-    frame's result onto it with each composite in order, so outputs can show either image."""
+    frame's result onto it with each composite in order, so outputs can show either image. A frame
+    no composite draws on (`Composite.draws`) is neither copied nor drawn: its meta says `undrawn`,
+    and the outputs show its image (`framewire.pipeline.names.shows_output`)."""
 
     def __init__(self, composites: Sequence[Composite]) -> None:
         self.composites = tuple(composites)
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         result = Result(data=frame.result or {}, arrays=frame.tensors)
-        image = frame.region("image")
-        if not any(composite.draws(result) for composite in self.composites):
-            frame.meta[UNDRAWN] = True  # the outputs show the image as decoded: no copy to draw on
-        elif frame.has_region("output"):
-            canvas = frame.region("output")
-            np.copyto(canvas, image)
+        if any(composite.draws(result) for composite in self.composites):
+            frame.meta.pop(UNDRAWN, None)
+            image = frame.region("image")
+            canvas = frame.region("output") if frame.has_region("output") else image
+            if canvas is not image:
+                np.copyto(canvas, image)
             for composite in self.composites:
                 composite.apply(canvas, result)
         else:
-            for composite in self.composites:
-                composite.apply(image, result)
+            frame.meta[UNDRAWN] = True  # the outputs show the image as decoded: no copy to draw on
         # Drawn: the outputs need the pixels and the JSON result, not the matte; embeddings of
         # secondary models go on to the ZeroMQ output.
         frame.tensors = {k: v for k, v in frame.tensors.items() if k.startswith(detections.EMBEDDINGS)}
