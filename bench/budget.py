@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -139,6 +140,49 @@ def looped_clip(path: str, min_frames: int, folder: Path) -> tuple[str, int]:
     return str(target), n * times
 
 
+CLI_FRAMES = 25
+"""Frames of the clip the command line's start-up is timed on (`cli_startup`)."""
+CLI_TIMEOUT_S = 120.0
+
+
+def cli_startup(job: Any, folder: Path) -> float:
+    """Seconds from starting `run_pipeline.py run` on the job's first CLI_FRAMES frames to its first
+    record out: what a user of the command line waits. `framewire.start` in this process, which has
+    imported everything already, leaves out the command's own imports and its config."""
+    import yaml
+
+    from bench.pipeline import jsonl_paths, redirect_outputs
+
+    redirected = redirect_outputs(job, folder)
+    (records,) = jsonl_paths(redirected).values()
+    raw = redirected.model_dump(mode="json", exclude_none=True)
+    source = raw["sources"][0]
+    raw["sources"] = [{**source, "max_frames": min(CLI_FRAMES, source.get("max_frames") or CLI_FRAMES)}]
+    config = folder / "cli.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    records.unlink(missing_ok=True)
+    started = time.monotonic()
+    command = [sys.executable, str(harness.ROOT / "run_pipeline.py"), "run", "-c", str(config), "--no-progress"]
+    process = subprocess.Popen(command, cwd=harness.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first: float | None = None
+    while first is None and time.monotonic() - started < CLI_TIMEOUT_S:
+        if records.exists() and b"\n" in records.read_bytes()[:65536]:
+            first = time.monotonic() - started
+        elif process.poll() is not None:
+            break
+        else:
+            time.sleep(0.002)
+    try:
+        _, err = process.communicate(timeout=CLI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    if first is None or process.returncode != 0:
+        tail = " ".join((err or "").strip().splitlines()[-1:]) or "no message"
+        raise RuntimeError(f"bench budget: `run` of {config} put out no record (exit {process.returncode}: {tail})")
+    return first
+
+
 def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The daemon and the work alone on the same clip, `--repeat` times each, alternating."""
     from bench.pipeline import describe_job, redirect_outputs, run_daemon
@@ -169,6 +213,8 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
             frames=fw["frames"], cpu_s=fw["cpu_s"], wall_s=fw["wall_s"],
             work_ms_per_frame=one["work"]["work_ms_per_frame"], cores=cores, startup_s=fw["startup_s"],
         )  # fmt: skip
+        _wait(args)
+        one["share"]["cli_startup_s"] = cli_startup(job, folder / f"cli-{index}")
         one["exit_code"] = fw["exit_code"]
         runs.append(one)
     result: dict[str, Any] = {
@@ -484,6 +530,7 @@ def format_table(result: Mapping[str, Any]) -> str:
             ["framewire wall s", share.get("wall_s")],
             ["framewire wall / limit", share.get("wall_ratio")],
             ["framewire start-up s (to its first frame)", share.get("startup_s")],
+            ["`run` start-up s (the command to its first frame)", share.get("cli_startup_s")],
             ["framewire wall after start-up / limit", share.get("after_startup_ratio")],
         ]
         head = f"bench budget (file): {result['clip']['uri']}, {result['clip']['frames']} frames"

@@ -252,8 +252,28 @@ def test_bench_budget_runs_the_file_job_and_the_work_alone(
     assert share["cpu_ratio"] > 1.0  # framewire does the work and more: its processes, its hub
     assert share["limit_wall_s"] == pytest.approx(share["work_core_s"] / result["cores"], abs=2e-3)
     assert share["wall_ratio"] > share["after_startup_ratio"] > 0
+    # The command line's start-up: its own interpreter, imports and config besides the fork server's.
+    assert share["cli_startup_s"] > 0.3
     table = capsys.readouterr().out
     assert "framewire wall / limit" in table and "work: model ms / frame" in table
+    assert "`run` start-up s (the command to its first frame)" in table
+
+
+def test_a_run_that_puts_out_nothing_fails_the_start_up_probe_with_its_error(tiny_job: Path, tmp_path: Path) -> None:
+    """The command line's start-up probe: a `run` that ends without a record (its clip gone) is an
+    error naming the config it ran and the command's last line, not a time."""
+    import shutil
+
+    from bench.budget import cli_startup
+    from framewire import load_config
+
+    clip = tmp_path / "gone.mp4"
+    job = load_config(tiny_job)
+    shutil.copy(job.sources[0].uri, clip)
+    job = job.model_copy(update={"sources": (job.sources[0].model_copy(update={"uri": str(clip)}),)})
+    clip.unlink()
+    with pytest.raises(RuntimeError, match=r"`run` of .*cli\.yaml put out no record \(exit [12]: .*gone\.mp4"):
+        cli_startup(job, tmp_path / "cli")
 
 
 def test_the_summary_says_which_frames_each_bucket_s_time_was_spent_in() -> None:
