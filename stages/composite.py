@@ -81,10 +81,6 @@ class DetectionParams(CompositeParams):
             return True
         return detection.get("label") in self.classes or detection.get("class_id") in self.classes
 
-    def wants_any(self, result: Result) -> bool:
-        """Whether the result holds a detection this composite acts on."""
-        return any(self.wants(found) for found in detections.of(result.data))
-
 
 class FaceRegionParams(DetectionParams):
     """Parameters shared by composites that alter each detection's box (faces, plates, people)."""
@@ -130,7 +126,17 @@ class BoxesParams(DetectionParams):
     attributes: bool = Field(True, description="Also write what secondary models found (a text, a class).")
 
 
-class Blur(Composite):
+class DetectionComposite(Composite):
+    """A composite that acts on detections (`DetectionParams`): it draws on a frame only where a
+    detection is one it acts on."""
+
+    params: DetectionParams
+
+    def draws(self, result: Result) -> bool:
+        return any(self.params.wants(found) for found in detections.of(result.data))
+
+
+class Blur(DetectionComposite):
     """Blur each face box (expanded by `expand`) with a kernel proportional to its size."""
 
     kind: ClassVar[str] = "blur"
@@ -138,9 +144,6 @@ class Blur(Composite):
     params: BlurParams
 
     takes_yuv: ClassVar[bool] = True
-
-    def draws(self, result: Result) -> bool:
-        return self.params.wants_any(result)
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
@@ -150,7 +153,7 @@ class Blur(Composite):
                 region[...] = _gaussian(region, _odd(kx * scale), _odd(ky * scale))
 
 
-class Pixelate(Composite):
+class Pixelate(DetectionComposite):
     """Replace each face box (expanded by `expand`) with `blocks` x `blocks` flat blocks."""
 
     kind: ClassVar[str] = "pixelate"
@@ -158,9 +161,6 @@ class Pixelate(Composite):
     params: PixelateParams
 
     takes_yuv: ClassVar[bool] = True
-
-    def draws(self, result: Result) -> bool:
-        return self.params.wants_any(result)
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
         for x0, y0, x1, y1 in _regions(frame, result, self.params):
@@ -171,15 +171,12 @@ class Pixelate(Composite):
                 region[...] = cv2.resize(small, (width, height), interpolation=cv2.INTER_NEAREST)
 
 
-class Boxes(Composite):
+class Boxes(DetectionComposite):
     """Outline each detection, with its caption (label, track id, score, attributes) if asked."""
 
     kind: ClassVar[str] = "boxes"
     Params: ClassVar[type[CompositeParams]] = BoxesParams
     params: BoxesParams
-
-    def draws(self, result: Result) -> bool:
-        return self.params.wants_any(result)
 
     def apply(self, frame: np.ndarray, result: Result) -> None:
         thickness = self.params.thickness
