@@ -43,6 +43,8 @@ _COMPOSITED = frozenset({"image", "output"})
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 TICK_MS = 50
+END_WAIT_S = 2.0
+"""How long the hub waits for the EOS of a decode worker that exited cleanly (`_await_end`)."""
 Progress = Callable[[int, int | None], None]
 """Called with the frames done so far and the job's total, when every source says it."""
 
@@ -322,6 +324,8 @@ class Hub:
     def _check_workers(self) -> None:
         for worker in self.lifecycle.exited():
             self.receive_all()  # what it sent before it ended counts
+            if isinstance(worker, DecodeWorker) and worker.process.exitcode == 0:
+                self._await_end(worker)
             if not self.lifecycle.forget(worker) or worker.finished:
                 continue
             if isinstance(worker, DecodeWorker):
@@ -335,6 +339,15 @@ class Hub:
                 "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
                 worker.spec.title, how, delay, len(lost),
             )
+
+    def _await_end(self, worker: DecodeWorker) -> None:
+        """A decode worker that exited cleanly sent its EOS first, but the EOS may still be on its way
+        (this process's ZeroMQ I/O thread reads it after the worker is gone, later still when the
+        cores are busy): wait for it, up to END_WAIT_S, before its exit counts as a death."""
+        deadline = time.monotonic() + END_WAIT_S
+        while not worker.finished and time.monotonic() < deadline:
+            if self.sock.poll(TICK_MS):
+                self.receive_all()
 
     # --- the end -------------------------------------------------------------------------------
 
