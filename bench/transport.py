@@ -7,6 +7,13 @@
 - `zmq`: the whole frame goes over the same hop as an inline tensor, sent with `copy=False`; the
   receiver gets a numpy view on the received message.
 - `copy`: a plain in-process numpy copy into a preallocated array, for scale.
+- `gpu-pinned`, `gpu-staged`, `gpu-pageable` (asked for by name, not by default; they need a GPU and
+  cuda-python): the next hop on a GPU host, from a frame-pool slot to GPU memory on the infer worker's
+  stream, as the TensorRT backend makes it (`framewire.engines.cuda`). `pinned`: the pool registered
+  as pinned memory and copied from directly (the backend's path for a pool's frames); `staged`: copied
+  into the pinned staging buffer first (its path for a pool that could not be registered, and for
+  stacked batches); `pageable`: copied straight from the unregistered pool, which the backend never
+  does, for scale. Latency: from the start of the copy to the stream's synchronise.
 - `hub`: the whole daemon with stages that do nothing: a source whose frames are already in their
   slots (as decode converts straight into them), four no-op middle stages (two "infer" workers) and
   three no-op outputs, as many processes as the default job, through the real supervisor. Its
@@ -38,13 +45,15 @@ from framewire.components import Stage
 
 # Internals on purpose, in this one place (docs/benchmarks.md, tests/unit/bench/test_public_api.py):
 # this benchmark measures the hub's own wire, its frame pool, messages and supervisor, which no user
-# drives directly.
+# drives directly, and the TensorRT backend's copies from a pool to the GPU (`cuda`).
+from framewire.engines import cuda
 from framewire.pipeline.plan import Plan, SourcePlan
 from framewire.pipeline.run.supervisor import Supervisor
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
 
 SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
+GPU_MODES = ("gpu-pinned", "gpu-staged", "gpu-pageable")
 MODES = ("pool", "pool-ref", "zmq", "copy", "hub")
 
 
@@ -57,7 +66,19 @@ def add_arguments(
         default=list(SIZES),
         help="frame sizes: 720p, 1080p, 4k or WIDTHxHEIGHT (default: %(default)s)",
     )
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=MODES + GPU_MODES,
+        default=list(MODES),
+        help="what to measure (default: %(default)s; the gpu- modes need a GPU)",
+    )
+    parser.add_argument(
+        "--spin-wait",
+        action="store_true",
+        help="gpu- modes: wait for each copy by spinning (cudaStreamSynchronize), as engine.spin_wait does, "
+        "not on a blocking event (the backend's default)",
+    )
     parser.add_argument("--frames", type=int, default=200, help="frames per measurement (%(default)s)")
     parser.add_argument("--warmup", type=int, default=10, help="frames sent first and not counted")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians reported")
@@ -79,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeat=max(1, args.repeat),
         max_load=args.max_load,
+        spin_wait=args.spin_wait,
         log=harness.stderr,
     )
     harness.write_json(args.json, result)
@@ -105,6 +127,7 @@ def measure(
     warmup: int = 10,
     repeat: int = 3,
     max_load: float | None = None,
+    spin_wait: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
@@ -116,7 +139,7 @@ def measure(
                 harness.wait_for_quiet(max_load, harness.QUIET_WAIT_S, log)
             for _ in range(repeat):
                 load = harness.load_average()[0]
-                one = _one(mode, width, height, frames, warmup)
+                one = _one(mode, width, height, frames, warmup, spin_wait)
                 one["load_before"] = load
                 runs.append(one)
             entry: dict[str, Any] = {
@@ -139,16 +162,19 @@ def measure(
         "load_before": load_before,
         "frames": frames,
         "warmup": warmup,
+        "spin_wait": spin_wait,
         "repeat": repeat,
         "results": results,
     }
 
 
-def _one(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
+def _one(mode: str, width: int, height: int, frames: int, warmup: int, spin_wait: bool = False) -> dict[str, Any]:
     if mode == "copy":
         return _copy(width, height, frames, warmup)
     if mode == "hub":
         return _hub(width, height, frames + warmup)
+    if mode in GPU_MODES:
+        return _to_gpu(mode, width, height, frames, warmup, spin_wait)
     return _hop(mode, width, height, frames, warmup)
 
 
@@ -168,6 +194,51 @@ def _copy(width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
             latencies.append((time.monotonic_ns() - t0) / 1e6)
     cpu = time.process_time() - cpu0
     return _summary(latencies, cpu, frames)
+
+
+def _to_gpu(mode: str, width: int, height: int, frames: int, warmup: int, spin: bool) -> dict[str, Any]:
+    """One frame at a time from a frame-pool slot (written before the clock starts) to GPU memory.
+    `spin`: wait by spinning instead of on a blocking event (its CPU time is then the copy's time)."""
+    import numpy as np
+
+    cuda.require_device(0)
+    cuda.set_device(0)
+    layout = PoolLayout.plan(f"framewire-bench-gpu-{os.getpid()}", 4, {"image": ((height, width, 3), "uint8")})
+    pool = FramePool.create(layout)
+    stream, device = cuda.Stream(spin=spin), cuda.DeviceBuffer(width * height * 3)
+    staging = cuda.HostBuffer(width * height * 3)
+    registration = cuda.HostRegistration(pool.memory) if mode == "gpu-pinned" else None
+    try:
+        for slot in range(layout.slots):
+            pool.view(slot, "image")[...] = _picture(width, height)
+        latencies = []
+        cpu0 = time.process_time()
+        for i in range(warmup + frames):
+            if i == warmup:
+                cpu0 = time.process_time()
+            view = pool.view(i % layout.slots, "image")
+            t0 = time.monotonic_ns()
+            source = int(view.ctypes.data)
+            if mode == "gpu-staged":
+                np.copyto(staging.view(np.uint8, view.shape), view)
+                source = staging.ptr
+            cuda.memcpy_htod_async(device.ptr, source, view.nbytes, stream)
+            stream.synchronize()
+            if i >= warmup:
+                latencies.append((time.monotonic_ns() - t0) / 1e6)
+        cpu = time.process_time() - cpu0
+        del view
+    finally:
+        if registration is not None:
+            registration.close()
+        staging.close()
+        device.close()
+        stream.close()
+        pool.close()
+    out = _summary(latencies, cpu, frames)
+    median = out["latency_ms"]["p50"]
+    out["gbytes_per_s"] = width * height * 3 / (median * 1e6) if median else None
+    return out
 
 
 def _picture(width: int, height: int) -> Any:
@@ -444,11 +515,13 @@ def format_table(result: Mapping[str, Any]) -> str:
                 entry["latency_ms"]["p99"],
                 entry["cpu_ms_per_frame"],
                 entry.get("fps"),
+                entry.get("gbytes_per_s"),
             ]
         )
     head = (
         f"bench transport: {result['frames']} frames per measurement, {result['repeat']} repeat(s), medians "
         f"(load before {result['load_before'][0]:.2f})"
+        + ("; gpu- modes wait by spinning" if result.get("spin_wait") else "")
     )
-    headers = ["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps"]
+    headers = ["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps", "GB/s"]
     return head + "\n" + harness.table(headers, rows)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -349,13 +350,21 @@ def _libcuda_version() -> int | str:
     return version.value
 
 
-def _kernel_module() -> str:
-    """`NVIDIA UNIX x86_64 Kernel Module 550.54.15` from /proc, '' without the module."""
+KERNEL_MODULE_VERSION = Path("/proc/driver/nvidia/version")
+
+
+def _kernel_module(path: Path | None = None) -> str:
+    """The kernel module and its version from /proc, '' without the module: `NVIDIA UNIX x86_64 Kernel
+    Module 550.54.15` (the proprietary module), `NVIDIA UNIX Open Kernel Module for x86_64 580.159.04`
+    (the open one, the default from driver 560 and on Hopper and newer GPUs)."""
     try:
-        first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+        first = (path or KERNEL_MODULE_VERSION).read_text().splitlines()[0]
     except (OSError, IndexError):
         return ""
-    return " ".join(first.split()[:8]) if "Kernel Module" in first else first.strip()
+    found = re.search(r"(NVIDIA\b.*?Kernel Module.*?)\s+(\d+\.\d+(?:\.\d+)*)\b", first)
+    if found is None:
+        return " ".join(first.split())
+    return f"{' '.join(found.group(1).split())} {found.group(2)}"
 
 
 def _package_version(*names: str) -> str:

@@ -123,7 +123,13 @@ def open_tensorrt(
     import_tensorrt()  # the clear errors first: no TensorRT, no GPU
     cuda.require_device(options.device)
     path = ensure_engine(build_request(config, model_path, dynamic_axes, options))
-    return TensorRTEngine(path, device=options.device, cuda_graph=config.cuda_graph, model_path=model_path)
+    return TensorRTEngine(
+        path,
+        device=options.device,
+        cuda_graph=config.cuda_graph,
+        spin_wait=config.spin_wait,
+        model_path=model_path,
+    )
 
 
 def build_request(
@@ -233,7 +239,8 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
     ONNX Runtime with CUDA when its build has the provider and a GPU is present, else ONNX Runtime
     on the CPU (`engine.providers` then does not apply). The choice is logged in one line, once per
     process (`quiet`: at debug level, for the infer workers, so a job says it once): a warning when
-    GPU packages are installed but no GPU can be used, since that user expected a GPU."""
+    GPU packages are installed but no GPU can be used, or a GPU is present but no package can use
+    it, since that user expected a GPU."""
     if config.backend is Backend.TENSORRT:
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
     if config.backend is Backend.TRITON:  # the server holds the GPUs: processes_per_device clients
@@ -259,13 +266,21 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
             True,
             f"ONNX Runtime with CUDA on {machine.gpus} GPU(s); no usable tensorrt package",
         )
-    else:
-        why = machine.no_gpu if not machine.gpus else "this onnxruntime build has no CUDA provider"
+    elif machine.gpus:
+        why = (
+            f"{machine.gpus} GPU(s) found, but this onnxruntime build has no CUDA provider and no "
+            "tensorrt package imports (install the gpu extra of your CUDA: docs/gpu.md)"
+        )
         choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
+    else:
+        choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {machine.no_gpu}")
     if choice not in _logged:  # once per process, however often it is asked
         _logged.add(choice)
+        # A warning where the user likely expected a GPU: GPU packages with no usable GPU, or a GPU
+        # with no package that can use it.
         gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
-        level = logging.DEBUG if quiet else logging.WARNING if gpu_packages and not choice.gpu else logging.INFO
+        unexpected = (gpu_packages or machine.gpus > 0) and not choice.gpu
+        level = logging.DEBUG if quiet else logging.WARNING if unexpected else logging.INFO
         log.log(level, "engine.backend auto: %s (%s)", _name(choice.backend), choice.reason)
     return choice
 
@@ -273,9 +288,10 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
 _logged: set[Choice] = set()
 
 
-def infer_workers(config: EngineConfig, machine: Machine | None = None) -> int:
-    """Infer processes: len(devices) x processes_per_device on GPUs, processes_per_device on the CPU."""
-    gpu = choose_backend(config, machine).gpu
+def infer_workers(config: EngineConfig, machine: Machine | None = None, *, quiet: bool = False) -> int:
+    """Infer processes: len(devices) x processes_per_device on GPUs, processes_per_device on the CPU.
+    `quiet`: the backend choice is logged at debug level (a worker asking, not the job)."""
+    gpu = choose_backend(config, machine, quiet=quiet).gpu
     return config.processes_per_device * (len(config.devices) if gpu else 1)
 
 

@@ -69,6 +69,7 @@ class TensorRTEngine(Engine):
         *,
         device: int = 0,
         cuda_graph: bool = False,
+        spin_wait: bool = False,
         model_path: str | None = None,
         pin_frame_pool: bool = True,
     ) -> None:
@@ -99,7 +100,7 @@ class TensorRTEngine(Engine):
                 f"TensorRT engine {self.engine_path}: no execution context (out of GPU memory?)"
             )
         self._closed = False
-        self._stream = cuda.Stream()
+        self._stream = cuda.Stream(spin=spin_wait)  # blocking by default: the worker sleeps while the GPU works
         self._graphs: dict[tuple[tuple[int, ...], ...], cuda.Graph] = {}
         self._graphs_failed = False
         self._pinned: dict[str, cuda.HostRegistration] = {}  # pool name -> its registration

@@ -6,8 +6,9 @@ server once and reused for every later request; a region that is too small for a
 replaced by one twice the size. Output sizes are learned from the first answer for each input shape
 (it comes on the socket), after which outputs are written into regions too. `system` is POSIX
 shared memory (client and server on one host); `cuda` is GPU memory shared by a CUDA IPC handle
-(tritonclient.utils.cuda_shared_memory, which needs cuda-python; written against that module and
-checked against its signatures, never run here: there is no GPU on the development machine).
+(tritonclient.utils.cuda_shared_memory, which needs cuda-python; its client side has run on an H200,
+its handle opened by another process as the server opens it; registration with a real server on a
+GPU has not run: docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -57,3 +57,20 @@ def test_workers_start_with_opencv_s_thread_pool_off() -> None:
         assert cv2.getNumThreads() == 1
     finally:
         cv2.setNumThreads(before)
+
+
+def test_the_output_worker_asking_does_not_repeat_the_jobs_backend_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen on a GPU host with the cpu extra: the warning came once from the job and again from the
+    output worker, which counts the infer workers to size x264's threads."""
+    import logging
+
+    from framewire.engines import registry
+
+    gpu_with_cpu_build = registry.Machine(None, 1, "", frozenset({"CPUExecutionProvider"}))
+    monkeypatch.setattr(registry, "detect_machine", lambda: gpu_with_cpu_build)
+    monkeypatch.setattr(registry, "_logged", set())
+    with caplog.at_level(logging.DEBUG, logger="framewire.engines.registry"):
+        assert encoder_threads(_config(), cores=2) == 1
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]

@@ -30,6 +30,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("transport.py", "framewire.pipeline.run.supervisor"): "measures the hub: runs that Plan's Supervisor",
     ("transport.py", "framewire.pipeline.wire"): "measures the hub's wire: its message encoding",
     ("transport.py", "framewire.pipeline.wire.framepool"): "measures the hub's wire: the shared-memory frame pool",
+    ("transport.py", "framewire.engines"): "measures the hop from a pool slot to the GPU: the backend's own copies (`cuda`)",
     ("lipsync.py", "framewire.pipeline.wire.audioring"): "its loop feeds the audio steps through the daemon's audio ring",
     ("console.py", "framewire.pipeline.ops.preview"): "measures the console's previews on the hub's side",
     ("console.py", "framewire.pipeline.wire.framepool"): "measures the previews' hand-over from a frame-pool slot",

@@ -44,3 +44,38 @@ def test_named_sizes() -> None:
     assert parse_size("1080p") == ("1080p", 1920, 1080)
     assert parse_size("4K") == ("4k", 3840, 2160)
     assert parse_size("320x240") == ("320x240", 320, 240)
+
+
+def _gpu_count() -> int:
+    from framewire.engines import cuda
+
+    try:
+        cuda.runtime()
+    except Exception:  # noqa: BLE001 - no cuda-python: no GPU for this benchmark
+        return 0
+    return cuda.device_count()
+
+
+HAS_GPU = _gpu_count() > 0
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
+def test_the_gpu_modes_without_a_gpu_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "transport", "--sizes", "64x48", "--modes", "gpu-pinned"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("framewire: error: ") and "gpu" in err.lower() and err.count("\n") == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU and cuda-python")
+@pytest.mark.parametrize("spin", [[], ["--spin-wait"]], ids=["blocking", "spin"])
+def test_the_gpu_modes_copy_a_pool_slot_to_the_gpu(tmp_path: Path, spin: list[str]) -> None:
+    out = tmp_path / "gpu.json"
+    modes = ["gpu-pinned", "gpu-staged", "gpu-pageable"]
+    args = ["bench", "transport", "--sizes", "640x480", "--modes", *modes, "--frames", "20", "--repeat", "1"]
+    assert cli.main([*args, *spin, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["spin_wait"] is bool(spin)
+    assert [r["mode"] for r in result["results"]] == modes
+    for entry in result["results"]:
+        assert entry["latency_ms"]["p50"] > 0 and entry["gbytes_per_s"] > 0

@@ -71,6 +71,14 @@ class cudaStream_t:
         return self._handle
 
 
+class cudaEvent_t:
+    def __init__(self, handle: int = 0) -> None:
+        self._handle = handle
+
+    def __int__(self) -> int:
+        return self._handle
+
+
 class cudaDeviceProp:
     def __init__(self, name: str = "") -> None:
         self.name = name.encode() + b"\0" * 8  # a char[256] in the real struct
@@ -98,10 +106,11 @@ class FakeCudaRuntime(ModuleType):
       with cudaErrorInsufficientDriver (cuda-python 12.9 and 13 do that; `no_driver="raise"` keeps
       a defensive variant of a binding that raises);
     - work on a stream (async copies, kernels, graph launches) runs only at
-      cudaStreamSynchronize: reading results without it reads stale memory, as on a GPU;
+      cudaStreamSynchronize, or at cudaEventSynchronize of an event recorded on it (the work queued
+      before the record, and only that): reading results without it reads stale memory, as on a GPU;
     - while a stream is captured (ThreadLocal or Global mode), calls that are unsafe during
       capture (cudaMalloc, cudaMallocHost, cudaFree, cudaHostRegister, synchronous cudaMemcpy,
-      cudaStreamSynchronize) fail with cudaErrorStreamCaptureUnsupported and invalidate it;
+      cudaStreamSynchronize, cudaEventSynchronize) fail with cudaErrorStreamCaptureUnsupported and invalidate it;
     - cudaHostRegister refuses a range that overlaps a registered one; cudaHostUnregister an
       address that is not the start of a registration.
     """
@@ -111,7 +120,10 @@ class FakeCudaRuntime(ModuleType):
     cudaStreamCaptureMode = cudaStreamCaptureMode
     cudaStream_t = cudaStream_t
     cudaDeviceProp = cudaDeviceProp
+    cudaEvent_t = cudaEvent_t
     cudaStreamNonBlocking = 1
+    cudaEventBlockingSync = 1
+    cudaEventDisableTiming = 2
     cudaHostRegisterDefault = 0
 
     def __init__(
@@ -140,6 +152,9 @@ class FakeCudaRuntime(ModuleType):
         self.graphs: dict[int, list[Callable[[], None]]] = {}
         self.graph_execs: dict[int, int] = {}  # exec handle -> graph handle
         self._next_handle = 1
+        self.events: dict[int, tuple[int, int] | None] = {}  # handle -> (stream, items queued before it)
+        self.queued: dict[int, int] = {}  # stream handle -> work items ever queued on it
+        self.ran: dict[int, int] = {}  # stream handle -> work items run
 
     # helpers for the fake engine and the tests
 
@@ -176,6 +191,7 @@ class FakeCudaRuntime(ModuleType):
         if handle not in self.streams:
             return cudaError_t.cudaErrorInvalidResourceHandle
         self.streams[handle].append(work)
+        self.queued[handle] = self.queued.get(handle, 0) + 1
         return OK
 
     def names(self) -> list[str]:
@@ -187,8 +203,11 @@ class FakeCudaRuntime(ModuleType):
         self.memory[ptr] = buffer
         return ptr
 
-    def _run(self, handle: int) -> None:
-        work, self.streams[handle] = self.streams[handle], []
+    def _run(self, handle: int, upto: int | None = None) -> None:
+        """Run the stream's queued work, all of it or up to the `upto`-th item ever queued."""
+        count = len(self.streams[handle]) if upto is None else max(0, upto - self.ran.get(handle, 0))
+        work, self.streams[handle] = self.streams[handle][:count], self.streams[handle][count:]
+        self.ran[handle] = self.ran.get(handle, 0) + len(work)
         for item in work:
             item()
 
@@ -319,6 +338,49 @@ class FakeCudaRuntime(ModuleType):
         if int(stream) not in self.streams:
             return (cudaError_t.cudaErrorInvalidResourceHandle,)
         self._run(int(stream))
+        return (OK,)
+
+    def cudaEventCreateWithFlags(self, flags: int) -> tuple[cudaError_t, cudaEvent_t | None]:
+        err = self._record("cudaEventCreateWithFlags", flags)
+        if err:
+            return err, None
+        self._next_handle += 1
+        handle = 0x5000 + self._next_handle
+        self.events[handle] = None
+        return OK, cudaEvent_t(handle)
+
+    def cudaEventRecord(self, event: Any, stream: Any) -> tuple[cudaError_t]:
+        """Marks the work queued on `stream` so far; in a capture it is a node of the graph."""
+        err = self._record("cudaEventRecord", int(event), int(stream))
+        if err:
+            return (err,)
+        if int(event) not in self.events:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        if int(stream) in self.capturing:
+            return (OK,)
+        if int(stream) not in self.streams:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        self.events[int(event)] = (int(stream), self.queued.get(int(stream), 0))
+        return (OK,)
+
+    def cudaEventSynchronize(self, event: Any) -> tuple[cudaError_t]:
+        """Runs the work queued before the event's record (and only that), as a GPU would have."""
+        err = self._unsafe("cudaEventSynchronize", int(event))
+        if err:
+            return (err,)
+        if int(event) not in self.events:
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
+        marked = self.events[int(event)]
+        if marked is not None and marked[0] in self.streams:
+            self._run(marked[0], upto=marked[1])
+        return (OK,)
+
+    def cudaEventDestroy(self, event: Any) -> tuple[cudaError_t]:
+        err = self._record("cudaEventDestroy", int(event))
+        if err:
+            return (err,)
+        if self.events.pop(int(event), "gone") == "gone":
+            return (cudaError_t.cudaErrorInvalidResourceHandle,)
         return (OK,)
 
     def cudaStreamDestroy(self, stream: Any) -> tuple[cudaError_t]:

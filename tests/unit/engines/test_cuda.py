@@ -107,12 +107,62 @@ def test_pinned_and_device_buffers_copy_both_ways_and_free(fake_cuda: FakeCudaRu
         resource.close()
     host.close()  # twice is harmless
     assert fake_cuda.memory == {} and fake_cuda.host_allocations == set()
-    assert fake_cuda.names()[-3:] == ["cudaFreeHost", "cudaFree", "cudaStreamDestroy"]
+    assert fake_cuda.names()[-4:] == ["cudaFreeHost", "cudaFree", "cudaEventDestroy", "cudaStreamDestroy"]
+    assert fake_cuda.events == {}
     kinds = [c[4] for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync"]
     assert kinds == [
         fake_cuda.cudaMemcpyKind.cudaMemcpyHostToDevice,
         fake_cuda.cudaMemcpyKind.cudaMemcpyDeviceToHost,
     ]
+
+
+def test_synchronize_waits_on_a_blocking_event_not_a_spin(fake_cuda: FakeCudaRuntime) -> None:
+    stream = cuda.Stream()
+    assert not stream.spins
+    create = [c for c in fake_cuda.calls if c[0] == "cudaEventCreateWithFlags"]
+    assert create == [("cudaEventCreateWithFlags", fake_cuda.cudaEventBlockingSync | fake_cuda.cudaEventDisableTiming)]
+    ran: list[int] = []
+    fake_cuda.enqueue(int(stream), lambda: ran.append(1))
+    fake_cuda.calls.clear()
+    stream.synchronize()
+    assert ran == [1]
+    event = fake_cuda.calls[0][1]
+    assert fake_cuda.calls == [("cudaEventRecord", event, int(stream)), ("cudaEventSynchronize", event)]
+    stream.close()
+
+    spinning = cuda.Stream(spin=True)
+    assert spinning.spins
+    fake_cuda.enqueue(int(spinning), lambda: ran.append(2))
+    fake_cuda.calls.clear()
+    spinning.synchronize()
+    assert ran == [1, 2] and fake_cuda.names() == ["cudaStreamSynchronize"]
+    spinning.close()
+
+
+def test_an_event_waits_for_the_work_before_its_record_only(fake_cuda: FakeCudaRuntime) -> None:
+    """The fake's events as CUDA's: a wait covers what was queued before the record, not after."""
+    rt = fake_cuda
+    _, handle = rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking)
+    _, event = rt.cudaEventCreateWithFlags(rt.cudaEventBlockingSync)
+    ran: list[str] = []
+    rt.enqueue(handle, lambda: ran.append("before"))
+    assert rt.cudaEventRecord(event, handle) == (rt.cudaError_t.cudaSuccess,)
+    rt.enqueue(handle, lambda: ran.append("after"))
+    rt.cudaEventSynchronize(event)
+    assert ran == ["before"]
+    rt.cudaEventSynchronize(event)  # again: nothing more
+    assert ran == ["before"]
+    rt.cudaStreamSynchronize(handle)
+    assert ran == ["before", "after"]
+    assert rt.cudaEventDestroy(event) == (rt.cudaError_t.cudaSuccess,)
+    assert rt.cudaEventDestroy(event) == (rt.cudaError_t.cudaErrorInvalidResourceHandle,)
+
+
+def test_an_event_that_cannot_be_made_frees_the_stream(fake_cuda: FakeCudaRuntime) -> None:
+    fake_cuda.fail["cudaEventCreateWithFlags"] = cudaError_t.cudaErrorMemoryAllocation
+    with pytest.raises(EngineError, match="cudaEventCreateWithFlags failed: cudaErrorMemoryAllocation"):
+        cuda.Stream()
+    assert fake_cuda.streams == {} and fake_cuda.names()[-1] == "cudaStreamDestroy"
 
 
 def test_an_mmap_buffer_is_registered_and_unregistered(fake_cuda: FakeCudaRuntime) -> None:

@@ -27,6 +27,34 @@ def _statuses(report: doctor.Report) -> dict[str, tuple[str, str]]:
     return {c.name: (c.status, c.detail) for c in report.checks}
 
 
+@pytest.fixture(autouse=True)
+def no_kernel_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The fakes' machine has no /proc/driver/nvidia, also on a host that has one."""
+    monkeypatch.setattr(doctor, "KERNEL_MODULE_VERSION", tmp_path / "no-such-file")
+
+
+@pytest.mark.parametrize(
+    ("line", "module"),
+    [
+        (
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
+            "NVIDIA UNIX x86_64 Kernel Module 550.54.15",
+        ),
+        (  # the first line on the H200 host this was checked on (driver 580, the open module)
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  ",
+            "NVIDIA UNIX Open Kernel Module for x86_64 580.159.04",
+        ),
+        ("something else  entirely", "something else entirely"),
+    ],
+    ids=["proprietary", "open", "unknown"],
+)
+def test_the_kernel_modules_name_and_version(line: str, module: str, tmp_path: Path) -> None:
+    path = tmp_path / "version"
+    path.write_text(line + "\nGCC version:  gcc version 12.2.0\n")
+    assert doctor._kernel_module(path) == module
+    assert doctor._kernel_module(tmp_path / "missing") == ""
+
+
 @pytest.fixture
 def gpu_providers(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """An onnxruntime-gpu build whose providers start (`runs_on[short]` says which provider a session

@@ -66,7 +66,8 @@ NO_DRIVER = "no CUDA driver / GPU found (libcuda.so.1 cannot be loaded)"
             Backend.ONNXRUNTIME,
             ("cpu",),
             False,
-            "ONNX Runtime on the CPU: this onnxruntime build has no CUDA provider",
+            "ONNX Runtime on the CPU: 1 GPU(s) found, but this onnxruntime build has no CUDA provider and "
+            "no tensorrt package imports (install the gpu extra of your CUDA: docs/gpu.md)",
         ),
         (
             Machine("10.3.0", 0, NO_DRIVER, GPU_BUILD),
@@ -149,7 +150,11 @@ def test_auto_opens_a_tensorrt_engine_with_fakes(
     assert engine.backend == "tensorrt"
     x = np.ones((2, 3, 8, 8), np.float32)
     np.testing.assert_array_equal(engine.infer({"x": x}, ["y"])["y"], 3 * x)
+    assert not engine._stream.spins  # type: ignore[attr-defined]  # the worker sleeps while the GPU works
     engine.close()
+    spinning = open_engine(config.model_copy(update={"spin_wait": True}), str(conv_model), {"x": (0,)})
+    assert spinning._stream.spins  # type: ignore[attr-defined]
+    spinning.close()
 
 
 def test_auto_opens_onnxruntime_on_the_cpu_here(monkeypatch: pytest.MonkeyPatch, conv_model: Path) -> None:
@@ -209,9 +214,10 @@ def test_engine_config_gpu_keys_are_validated() -> None:
         (Machine("10.16.1.11", 0, NO_DRIVER, GPU_BUILD), logging.WARNING),  # the gpu extra, no GPU
         (Machine(None, 0, NO_DRIVER, GPU_BUILD), logging.WARNING),  # onnxruntime-gpu alone
         (Machine(None, 0, NO_DRIVER, CPU_BUILD), logging.INFO),  # the cpu extra: nothing unexpected
+        (Machine(None, 1, "", CPU_BUILD), logging.WARNING),  # a GPU, but only the cpu extra
         (Machine("10.16.1.11", 1, "", GPU_BUILD), logging.INFO),
     ],
-    ids=["gpu-extra-no-gpu", "ort-gpu-no-gpu", "cpu-extra", "gpu"],
+    ids=["gpu-extra-no-gpu", "ort-gpu-no-gpu", "cpu-extra", "gpu-but-cpu-extra", "gpu"],
 )
 def test_a_gpu_install_without_a_usable_gpu_says_so_once_as_a_warning(
     machine: Machine, level: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch

@@ -114,7 +114,9 @@ def test_copies_run_on_the_worker_stream(dynamic_engine: Path, fake_cuda: FakeCu
     fake_cuda.calls.clear()
     engine.infer({"x": _x(2)}, ["y"])
     names = fake_cuda.names()
-    assert names == ["cudaMemcpyAsync", "cudaMemcpyAsync", "cudaStreamSynchronize"]
+    # One wait a batch, on a blocking event recorded on the worker's stream: the worker sleeps, not spins.
+    assert names == ["cudaMemcpyAsync", "cudaMemcpyAsync", "cudaEventRecord", "cudaEventSynchronize"]
+    assert [c for c in fake_cuda.calls if c[0] == "cudaEventRecord"][0][2] == stream
     h2d, d2h = (c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync")
     assert h2d[3] == d2h[3] == 2 * 3 * 16 * 16 * 4  # the actual batch, not the max
     assert h2d[5] == d2h[5] == stream
