@@ -57,6 +57,12 @@ class Engine(ABC):
     def unpin_pool(self, pool: FramePool) -> None:
         """That pool is being removed: undo `pin_pool` before the pool is unmapped (default: no-op)."""
 
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """An array to build input `name` of `shape` in (a batch stacked in place), which `infer`
+        then reads without a copy of its own: a GPU backend's pinned staging buffer. Valid until the
+        next `infer`. None where the engine has none, or cannot take that shape or type (default)."""
+        return None
+
 
 @dataclass(frozen=True)
 class ProfileShape:

@@ -204,7 +204,7 @@ class TensorRTEngine(Engine):
 
         for tensor, array in zip(inputs, arrays):
             assert tensor.host is not None and tensor.device is not None
-            source = self._pinned_pointer(array)
+            source = self._pinned_pointer(array, tensor.host)
             if source is None:
                 np.copyto(tensor.host.view(tensor.dtype, array.shape), array)
                 source = tensor.host.ptr
@@ -303,15 +303,31 @@ class TensorRTEngine(Engine):
             self._graphs_failed = True
             log.warning("model %s: no CUDA graphs (%s); plain launches instead", self.model_path, exc)
 
-    def _pinned_pointer(self, array: np.ndarray) -> int | None:
-        """The address to copy `array` from directly, when it lies in a registered frame pool."""
+    def _pinned_pointer(self, array: np.ndarray, staging: cuda.HostBuffer) -> int | None:
+        """The address to copy `array` from directly: when it lies in a registered frame pool, or is
+        the input's own staging buffer (a batch stacked there by `input_buffer`)."""
         if not array.flags.c_contiguous:
             return None
         pointer, size = int(array.ctypes.data), int(array.nbytes)
+        if pointer == staging.ptr and size <= staging.nbytes:
+            return pointer
         for registration in self._pinned.values():
             if registration.contains(pointer, size):
                 return pointer
         return None
+
+    def input_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """The input's pinned staging buffer as an array of `shape`: a batch stacked there is copied to
+        the GPU by DMA, with no staging copy of its own (one copy of the batch fewer). None for another
+        input, type or a shape outside the profile."""
+        tensor = next((t for t in self._tensors if t.is_input and t.name == name), None)
+        if self._closed or tensor is None or tensor.host is None or np.dtype(dtype) != tensor.dtype:
+            return None
+        if len(shape) != len(tensor.shape) or any(
+            not lo <= d <= hi for d, lo, hi in zip(shape, tensor.min_shape, tensor.max_shape)
+        ):
+            return None
+        return tensor.host.view(tensor.dtype, shape)
 
     # --- frame pools ---------------------------------------------------------------------------
 

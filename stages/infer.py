@@ -107,7 +107,11 @@ class Infer(Stage):
             for _ in self.process(frames[0]):
                 pass
             return
-        stacked = np.concatenate(inputs, axis=0)
+        # Stacked straight into the engine's pinned staging buffer where it has one (TensorRT): one
+        # copy of the batch, not two.
+        shape = (sum(a.shape[0] for a in inputs), *inputs[0].shape[1:])
+        into = self.engine.input_buffer(self.task.input_name, shape, inputs[0].dtype)
+        stacked = np.concatenate(inputs, axis=0, out=into)
         feeds = [self.task.feeds(frame) for frame in frames]
         batch = {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0] if name != self.task.input_name}
         outputs = self._run({self.task.input_name: stacked, **batch})

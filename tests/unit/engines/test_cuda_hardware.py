@@ -65,7 +65,8 @@ def test_the_device_is_named_and_sized_and_a_missing_one_is_one_line() -> None:
     assert memory is not None and 0 < memory[0] <= memory[1]
     with pytest.raises(EngineError) as info:
         cuda.require_device(count)
-    assert str(info.value) == f"engine.devices: GPU {count} not found (this machine has {count}: 0-{count - 1})"
+    expected = f"engine.devices: GPU {count} not found (this machine has {count}: 0-{count - 1})"
+    assert str(info.value) == expected
 
 
 def test_a_failed_allocation_is_a_one_line_error_and_the_device_stays_usable() -> None:
@@ -134,7 +135,8 @@ def test_a_frame_pool_attached_by_a_worker_is_pinned_and_copied_from_directly(st
         registration = cuda.HostRegistration(worker_side.memory)
         assert _pointer_type(first.ctypes.data) == "cudaMemoryTypeHost"
         # The same memory twice is refused, as the fakes assume.
-        with pytest.raises(EngineError, match="cudaHostRegister failed: cudaErrorHostMemoryAlreadyRegistered"):
+        refused = "cudaHostRegister failed: cudaErrorHostMemoryAlreadyRegistered"
+        with pytest.raises(EngineError, match=refused):
             cuda.HostRegistration(worker_side.memory)
 
         device = cuda.DeviceBuffer(first.nbytes)
@@ -236,7 +238,8 @@ def test_triton_cuda_shared_memory_is_read_by_another_process_as_the_server_read
             timeout=60,
         )
         assert reader.returncode == 0, reader.stderr
-        np.testing.assert_array_equal(np.frombuffer(bytes.fromhex(reader.stdout), np.float32).reshape(4, 16), data)
+        read = np.frombuffer(bytes.fromhex(reader.stdout), np.float32).reshape(4, 16)
+        np.testing.assert_array_equal(read, data)
     finally:
         memory.destroy(handle)
 
@@ -250,7 +253,8 @@ def test_doctor_passes_the_machine_checks_and_says_what_is_missing_in_one_line()
         assert status[name].status == OK, status[name]
     assert cuda.device_name(0) in status["gpus"].detail
     if Path("/proc/driver/nvidia/version").exists():  # the kernel module and its version, e.g. 580.159.04
-        assert re.search(r"Kernel Module.* \d+\.\d+(\.\d+)*, CUDA \d+\.\d$", status["driver"].detail), status["driver"]
+        driver = status["driver"].detail
+        assert re.search(r"Kernel Module.* \d+\.\d+(\.\d+)*, CUDA \d+\.\d$", driver), driver
     for check in report.checks:
         assert check.status in (OK, FAILED, SKIPPED) and "\n" not in check.detail, check
     try:

@@ -362,3 +362,34 @@ def test_another_thread_makes_the_workers_gpu_current(
     worker.join()
     assert fake.current_device == 1
     engine.close()
+
+
+def test_a_batch_stacked_in_the_input_buffer_is_copied_from_there_without_a_staging_copy(
+    dynamic_engine: Path, fake_cuda: FakeCudaRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = TensorRTEngine(dynamic_engine)
+    buffer = engine.input_buffer("x", (3, 3, 16, 16), F32)
+    assert buffer is not None and buffer.shape == (3, 3, 16, 16)
+    assert buffer.ctypes.data in fake_cuda.host_allocations  # the pinned staging buffer
+    frames = [_x(1, seed=i) for i in range(3)]
+    stacked = np.concatenate(frames, axis=0, out=buffer)
+    copies: list[object] = []
+    real_copyto = np.copyto
+    def copyto(dst: np.ndarray, src: np.ndarray, **kw: object) -> None:
+        copies.append(src)
+        real_copyto(dst, src, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(np, "copyto", copyto)
+    fake_cuda.calls.clear()
+    out = engine.infer({"x": stacked}, ["y"])
+    assert copies == []  # no staging copy of its own
+    h2d = next(c for c in fake_cuda.calls if c[0] == "cudaMemcpyAsync")
+    assert h2d[2] == buffer.ctypes.data and h2d[3] == stacked.nbytes
+    np.testing.assert_allclose(out["y"], 2 * np.concatenate(frames) + 1, rtol=1e-6)
+    # What the buffer cannot hold, or is not for, is None: the caller stacks as before.
+    assert engine.input_buffer("x", (5, 3, 16, 16), F32) is None  # over the profile's batch of 4
+    assert engine.input_buffer("x", (2, 3, 16), F32) is None
+    assert engine.input_buffer("x", (2, 3, 16, 16), np.dtype(np.float16)) is None
+    assert engine.input_buffer("y", (2, 3, 16, 16), F32) is None  # an output
+    engine.close()
+    assert engine.input_buffer("x", (2, 3, 16, 16), F32) is None

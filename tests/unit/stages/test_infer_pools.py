@@ -33,6 +33,9 @@ class _Task:
     def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
         pass
 
+    def feeds(self, frame: Frame) -> dict[str, np.ndarray]:
+        return {self.input_name: frame.region("input")}
+
 
 class CpuEngine(Engine):
     """An engine that keeps the Engine defaults: nothing to pin."""
@@ -126,3 +129,43 @@ def test_a_fused_stage_forwards_pools_to_its_infer_member(pool: FramePool) -> No
     fused.pool_removed(pool)
     assert seen == [("pin", pool.layout.name), ("unpin", pool.layout.name)]
     fused.stop()
+
+
+def test_a_batch_of_pool_frames_is_stacked_straight_into_the_pinned_staging_buffer(
+    fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, pool: FramePool, tmp_path: Path
+) -> None:
+    """Frames of several sources batched for TensorRT: one copy of the batch (into the staging
+    buffer), where np.concatenate and then the engine's staging copy made two."""
+    from framewire.engines.tensorrt import TensorRTEngine
+
+    plan = tmp_path / "model.engine"
+    profile = [[1, 3, 16, 16], [2, 3, 16, 16], [4, 3, 16, 16]]
+    inputs = [{"name": "x", "dtype": 0, "shape": [-1, 3, 16, 16], "profile": profile}]
+    plan.write_text(json.dumps({"fake_trt_plan": 1, "inputs": inputs}))
+    seen: list[np.ndarray] = []
+
+    class Watched(TensorRTEngine):
+        def infer(
+            self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+        ) -> dict[str, np.ndarray]:
+            seen.append(feeds["x"])
+            return super().infer(feeds, output_names)
+
+    stage = Infer(_Task(), lambda index: Watched(plan), max_batch=4)  # type: ignore[arg-type]
+    _start(stage)
+    stage.pool_added(pool)
+    frames = []
+    for slot in range(3):
+        pool.view(slot, "input")[...] = slot + 1.0
+        frame = Frame(source_id=f"s{slot}", seq=0, pts=0, time_s=0.0, width=16, height=16, slot=slot, pool=pool)
+        frames.append(frame)
+    stage.process_batch(frames)
+    assert [x.shape[0] for x in seen] == [3]  # one inference for the three
+    staging = [t.host for t in stage.engine._tensors if t.is_input][0]  # type: ignore[union-attr]
+    assert seen[0].ctypes.data == staging.ptr  # stacked in place, not in an array of its own
+    for slot, frame in enumerate(frames):
+        expected = np.full((1, 3, 16, 16), 2 * (slot + 1) + 1.0, np.float32)
+        np.testing.assert_array_equal(frame.tensors["y"], expected)
+    del seen[:]
+    stage.pool_removed(pool)
+    stage.stop()
