@@ -79,6 +79,12 @@ def add_arguments(
         help="gpu- modes: wait for each copy by spinning (cudaStreamSynchronize), as engine.spin_wait does, "
         "not on a blocking event (the backend's default)",
     )
+    parser.add_argument(
+        "--schedule-blocking",
+        action="store_true",
+        help="gpu- modes: set the GPU's scheduling flag first, as a GPU infer worker does (every wait of "
+        "the process sleeps, a spinning one too)",
+    )
     parser.add_argument("--frames", type=int, default=200, help="frames per measurement (%(default)s)")
     parser.add_argument("--warmup", type=int, default=10, help="frames sent first and not counted")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; medians reported")
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         repeat=max(1, args.repeat),
         max_load=args.max_load,
         spin_wait=args.spin_wait,
+        schedule_blocking=args.schedule_blocking,
         log=harness.stderr,
     )
     harness.write_json(args.json, result)
@@ -128,10 +135,13 @@ def measure(
     repeat: int = 3,
     max_load: float | None = None,
     spin_wait: bool = False,
+    schedule_blocking: bool = False,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     load_before = harness.load_average()
+    if schedule_blocking:
+        cuda.schedule_blocking(0)
     for name, width, height in sizes:
         for mode in modes:
             runs = []
@@ -163,6 +173,7 @@ def measure(
         "frames": frames,
         "warmup": warmup,
         "spin_wait": spin_wait,
+        "schedule_blocking": schedule_blocking,
         "repeat": repeat,
         "results": results,
     }
@@ -522,6 +533,7 @@ def format_table(result: Mapping[str, Any]) -> str:
         f"bench transport: {result['frames']} frames per measurement, {result['repeat']} repeat(s), medians "
         f"(load before {result['load_before'][0]:.2f})"
         + ("; gpu- modes wait by spinning" if result.get("spin_wait") else "")
+        + ("; the GPU's waits scheduled blocking" if result.get("schedule_blocking") else "")
     )
     headers = ["size", "mode", "MiB", "p50 ms", "p99 ms", "CPU ms/frame", "fps", "GB/s"]
     return head + "\n" + harness.table(headers, rows)

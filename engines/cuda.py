@@ -148,6 +148,16 @@ def set_device(device: int) -> None:
     call("cudaSetDevice", device)
 
 
+def schedule_blocking(device: int) -> None:
+    """Make every wait of this process on GPU `device` sleep in the driver instead of spinning a
+    core: cudaDeviceScheduleBlockingSync on the device's primary context, which the libraries share.
+    framewire's own waits sleep already (`Stream`); this reaches ONNX Runtime's CUDA provider's and
+    TensorRT's internal ones. EngineError when cuda-python is missing or CUDA refuses."""
+    rt = runtime()
+    set_device(device)
+    call("cudaSetDeviceFlags", rt.cudaDeviceScheduleBlockingSync)
+
+
 def versions() -> dict[str, int | None]:
     """The CUDA version the driver supports and the one the cuda-python runtime was built for, as
     CUDA's integers (12040 = 12.4); None where it cannot be told. Never raises."""

@@ -332,10 +332,31 @@ def open_engine(
 ) -> Engine:
     """The engine of `config` for one worker (`options.device` is its GPU)."""
     choice = choose_backend(config, quiet=True)  # the supervisor's preflight said it already
+    if choice.gpu and not config.spin_wait:
+        _sleep_while_the_gpu_works(options.device if options else 0)
     if config.backend is Backend.AUTO:
         config = config.model_copy(update={"backend": choice.backend, "providers": choice.providers})
     opener: Opener = BACKENDS.get(_name(choice.backend), "engine.backend")
     return opener(config, model_path, dynamic_axes or {}, options or OpenOptions())
+
+
+def _sleep_while_the_gpu_works(device: int) -> None:
+    """This worker's waits on its GPU sleep instead of spinning a core (engine.spin_wait: false).
+    Only a cost where it fails: one line, and the waits spin as before."""
+    from framewire.engines import cuda
+    from framewire.pipeline.errors import EngineError
+
+    try:
+        cuda.runtime()
+    except EngineError as exc:  # onnxruntime-gpu without cuda-python: its waits spin, as they always did
+        log.debug("GPU %d: ONNX Runtime's waits spin (%s)", device, exc)
+        return
+    if cuda.device_count() == 0:
+        return  # the engine itself says what is missing, in one line
+    try:
+        cuda.schedule_blocking(device)
+    except EngineError as exc:
+        log.warning("GPU %d: waits for the GPU spin a core (%s)", device, exc)
 
 
 def _name(backend: Backend | str) -> str:

@@ -179,9 +179,10 @@ class EngineConfig(_Model):
     )
     spin_wait: bool = Field(
         default=False,
-        description="TensorRT: wait for each batch by spinning a core (cudaStreamSynchronize) instead of "
-        "sleeping on a blocking-sync event; a few microseconds less latency, a core busy for the batch's "
-        "whole GPU time (trtexec's --useSpinWait).",
+        description="GPU backends: wait for each batch by spinning a core instead of sleeping in the "
+        "driver (framewire's TensorRT waits, and through the GPU's scheduling flag ONNX Runtime's CUDA "
+        "provider's); tens of microseconds less latency, a core busy for the batch's whole GPU time "
+        "(trtexec's --useSpinWait).",
     )
     workspace_mb: int = Field(
         default=2048, ge=16, description="TensorRT build: workspace memory pool limit in MiB."

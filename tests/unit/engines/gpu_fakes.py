@@ -42,6 +42,7 @@ class cudaError_t(IntEnum):
     cudaErrorInsufficientDriver = 35
     cudaErrorNoDevice = 100
     cudaErrorInvalidDevice = 101
+    cudaErrorSetOnActiveProcess = 708
     cudaErrorInvalidResourceHandle = 400
     cudaErrorHostMemoryAlreadyRegistered = 712
     cudaErrorHostMemoryNotRegistered = 713
@@ -123,6 +124,7 @@ class FakeCudaRuntime(ModuleType):
     cudaEvent_t = cudaEvent_t
     cudaStreamNonBlocking = 1
     cudaEventBlockingSync = 1
+    cudaDeviceScheduleBlockingSync = 4
     cudaEventDisableTiming = 2
     cudaHostRegisterDefault = 0
 
@@ -147,6 +149,7 @@ class FakeCudaRuntime(ModuleType):
         self.pinned: dict[int, int] = {}  # host ptr -> size (cudaHostRegister)
         self.host_allocations: set[int] = set()
         self.current_device = 0
+        self.device_flags: dict[int, int] = {}  # device -> cudaSetDeviceFlags
         self.streams: dict[int, list[Callable[[], None]]] = {}  # handle -> work not yet run
         self.capturing: dict[int, _Capture] = {}
         self.graphs: dict[int, list[Callable[[], None]]] = {}
@@ -338,6 +341,13 @@ class FakeCudaRuntime(ModuleType):
         if int(stream) not in self.streams:
             return (cudaError_t.cudaErrorInvalidResourceHandle,)
         self._run(int(stream))
+        return (OK,)
+
+    def cudaSetDeviceFlags(self, flags: int) -> tuple[cudaError_t]:
+        err = self._record("cudaSetDeviceFlags", flags)
+        if err:
+            return (err,)
+        self.device_flags[self.current_device] = flags
         return (OK,)
 
     def cudaEventCreateWithFlags(self, flags: int) -> tuple[cudaError_t, cudaEvent_t | None]:

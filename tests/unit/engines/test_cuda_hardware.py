@@ -118,6 +118,17 @@ def test_a_wait_covers_a_long_copy_queued_before_it(stream: cuda.Stream) -> None
         buffer.close()
 
 
+def test_the_gpus_waits_can_be_scheduled_blocking_on_a_context_in_use() -> None:
+    """What a GPU infer worker does before it opens its engine, after the context exists already
+    (gpu_status and memory_info made it): CUDA takes the flag on an active context."""
+    cuda.set_device(0)
+    assert cuda.memory_info(0) is not None  # the primary context is active
+    cuda.schedule_blocking(0)
+    rt = cuda.runtime()
+    flags = int(cuda.call("cudaGetDeviceFlags"))
+    assert flags & rt.cudaDeviceScheduleMask == rt.cudaDeviceScheduleBlockingSync
+
+
 def _pointer_type(pointer: int) -> str:
     rt = cuda.runtime()
     attributes = cuda.call("cudaPointerGetAttributes", pointer)

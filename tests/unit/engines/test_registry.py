@@ -157,6 +157,25 @@ def test_auto_opens_a_tensorrt_engine_with_fakes(
     spinning.close()
 
 
+def test_a_gpu_worker_sleeps_in_every_wait_unless_it_spins(
+    fake_trt: FakeTensorRT, fake_cuda: FakeCudaRuntime, conv_model: Path, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The GPU's scheduling flag, so ONNX Runtime's and TensorRT's own waits sleep too."""
+    config = EngineConfig(cache_dir=str(tmp_path), max_batch=2)
+    open_engine(config, str(conv_model), {"x": (0,)}, OpenOptions(device=0)).close()
+    assert fake_cuda.device_flags == {0: fake_cuda.cudaDeviceScheduleBlockingSync}
+    fake_cuda.device_flags.clear()
+    open_engine(config.model_copy(update={"spin_wait": True}), str(conv_model), {"x": (0,)}).close()
+    assert fake_cuda.device_flags == {}
+    fake_cuda.fail["cudaSetDeviceFlags"] = fake_cuda.cudaError_t.cudaErrorSetOnActiveProcess
+    with caplog.at_level(logging.WARNING, logger="framewire.engines.registry"):
+        open_engine(config, str(conv_model), {"x": (0,)}).close()  # refused: one line, the job goes on
+    assert [r.getMessage() for r in caplog.records if r.name == "framewire.engines.registry"] == [
+        "GPU 0: waits for the GPU spin a core (CUDA cudaSetDeviceFlags failed: cudaErrorSetOnActiveProcess)"
+    ]
+
+
 def test_auto_opens_onnxruntime_on_the_cpu_here(monkeypatch: pytest.MonkeyPatch, conv_model: Path) -> None:
     hide_module(monkeypatch, "tensorrt")
     install_cuda(monkeypatch, FakeCudaRuntime(gpus=()))
