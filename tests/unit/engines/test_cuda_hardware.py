@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import gc
+import json
 import os
 import re
 import subprocess
@@ -276,3 +277,54 @@ def test_doctor_passes_the_machine_checks_and_says_what_is_missing_in_one_line()
         assert status["tensorrt fp32 engine"].detail == "needs tensorrt (see above)"
     text = render(report)
     assert text.startswith("framewire doctor") and "gpus" in text
+
+
+
+_WORKERS = """
+import json, multiprocessing, sys
+import numpy as np
+from framewire.app.preload import PRELOAD
+from framewire.engines import cuda
+from framewire.pipeline.worker.forkserver import worker_context
+
+def use_gpu(out):
+    try:
+        cuda.set_device(0)
+        stream, host, device = cuda.Stream(), cuda.HostBuffer(64), cuda.DeviceBuffer(64)
+        host.view(np.uint8, (64,))[...] = 5
+        cuda.memcpy_htod_async(device.ptr, host.ptr, 64, stream)
+        stream.synchronize()
+        host.view(np.uint8, (64,))[...] = 0
+        cuda.memcpy_dtoh_async(host.ptr, device.ptr, 64, stream)
+        stream.synchronize()
+        out.send("ok" if (host.view(np.uint8, (64,)) == 5).all() else "wrong bytes")
+    except Exception as exc:
+        out.send(str(exc))
+
+def run(context):
+    ours, theirs = context.Pipe()
+    worker = context.Process(target=use_gpu, args=(theirs,))
+    worker.start()
+    answer = ours.recv() if ours.poll(60) else "no answer"
+    worker.join(30)
+    return answer
+
+if __name__ == "__main__":
+    # The supervisor's side: it has asked about the GPU and holds a context (preflight, doctor).
+    assert cuda.memory_info(0) is not None
+    held = cuda.DeviceBuffer(1 << 20)
+    found = {"forkserver": run(worker_context(PRELOAD)), "fork": run(multiprocessing.get_context("fork"))}
+    print(json.dumps(found))
+"""
+
+
+def test_workers_from_the_fork_server_use_the_gpu_where_forked_ones_cannot(tmp_path: Path) -> None:
+    """Why workers are forked from a fork server that never touches CUDA, not from the supervisor:
+    a process forked after its parent initialised CUDA cannot use it."""
+    script = tmp_path / "workers.py"
+    script.write_text(_WORKERS, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["forkserver"] == "ok"
+    assert found["fork"].startswith("CUDA ") and "failed: cudaError" in found["fork"], found
