@@ -377,7 +377,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                     one["framewire"] = live_stats(job, run_live(job, args.seconds, exclude), clip["fps"])
                 else:
                     one["work"] = limit.work_alone(work_job, uri, frames=args.work_frames,
-                                                   options={"rtsp_transport": "tcp"})  # fmt: skip
+                                                   options={"rtsp_transport": "tcp"}, live=True)  # fmt: skip
                 one[side]["load_before"] = load
                 harness.stderr(f"bench budget: run {index + 1} {side} done, load {load[0]:.2f}")
             fw = one["framewire"]
@@ -522,6 +522,8 @@ def format_table(result: Mapping[str, Any]) -> str:
     pieces = work.get("ms_per_frame", {})
     rows: list[list[Any]] = [[f"work: {k} ms / frame (one thread)", pieces.get(k)] for k in limit.WORK]
     rows.append(["work ms / frame", share.get("work_ms_per_frame")])
+    if work.get("paced"):  # a live stream's work as each frame came, cold: not the limit (limit.work_alone)
+        rows.append(["work ms / frame as each frame came (cold)", work["paced"].get("work_ms_per_frame")])
     if result["mode"] == "file":
         rows += [
             ["framewire CPU ms / frame", share.get("framewire_ms_per_frame")],

@@ -27,8 +27,8 @@ WORK = ("decode", "model", "encode")
 class WorkTimer:
     """CPU seconds (of the calling thread) and counts of each piece of the work."""
 
-    cpu_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in WORK})
-    count: dict[str, int] = field(default_factory=lambda: {k: 0 for k in WORK})
+    cpu_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in (*WORK, "demux")})
+    count: dict[str, int] = field(default_factory=lambda: {k: 0 for k in (*WORK, "demux")})
 
     def add(self, piece: str, started: float, n: int = 1) -> None:
         """Count `n` of `piece` as the thread CPU time since `started` (a `time.thread_time()`)."""
@@ -119,8 +119,11 @@ def _one_thread_decoder(container: Any) -> Any:
     return stream
 
 
-def _decoded(container: Any, stream: Any, timer: WorkTimer, limit: int | None) -> Iterator[Any]:
-    """Each decoded frame, demux and decode timed as `decode`, up to `limit` frames."""
+def _decoded(
+    container: Any, stream: Any, timer: WorkTimer, limit: int | None, keep: list[Any] | None = None
+) -> Iterator[Any]:
+    """Each decoded frame, demux and decode timed as `decode`, up to `limit` frames; with `keep`,
+    each packet is kept there too and its demuxing timed apart, as `demux`."""
     packets = iter(container.demux(stream))  # its last packet is empty: it flushes the decoder
     n = 0
     while limit is None or n < limit:
@@ -128,6 +131,10 @@ def _decoded(container: Any, stream: Any, timer: WorkTimer, limit: int | None) -
         packet = next(packets, None)
         if packet is None:
             return
+        if keep is not None:
+            keep.append(packet)
+            timer.add("demux", started, 0)
+            started = time.thread_time()
         frames = packet.decode()
         timer.add("decode", started, len(frames))
         for frame in frames:
@@ -199,14 +206,64 @@ def _encode(codec: Any, frame: Any, timer: WorkTimer) -> list[Any]:
     return packets
 
 
+def _work(frames: Iterator[Any], stream: Any, model: _Model, video: Any, timer: WorkTimer) -> int:
+    """Each decoded frame through the model and (for a video job) x264; returns the frames seen."""
+    codec = None
+    n = 0
+    for frame in frames:
+        if video is not None and codec is None:
+            codec = _encoder(frame.width, frame.height, stream.average_rate, stream.time_base, video)
+        model.run(frame, n, timer)
+        if codec is not None:
+            _encode(codec, frame, timer)
+        n += 1
+    if codec is not None:
+        started = time.thread_time()
+        codec.encode(None)  # flush: the frames x264 held back are encoded too
+        timer.add("encode", started, 0)
+    return n
+
+
+def _redecoded(packets: list[Any], stream: Any, timer: WorkTimer, limit: int | None) -> Iterator[Any]:
+    """A live stream's kept packets decoded again, back to back, by a decoder of its own (one thread)."""
+    import av
+
+    codec = av.CodecContext.create(stream.codec_context.name, "r")
+    codec.extradata = stream.codec_context.extradata
+    codec.thread_type = "NONE"
+    codec.thread_count = 1
+    n = 0
+    # None flushes the frames the decoder holds back (a file's own empty last packet is left out)
+    for packet in [*(p for p in packets if p.size), None]:
+        started = time.thread_time()
+        frames = codec.decode(packet)
+        timer.add("decode", started, len(frames))
+        for frame in frames:
+            if limit is not None and n >= limit:
+                return
+            if frame.time_base is None:  # a bare decoder's frames: the stream's, as x264 needs them
+                frame.time_base = stream.time_base
+            n += 1
+            yield frame
+
+
 def work_alone(
-    config: Any, uri: str, *, frames: int | None = None, model_every: int = 1, options: Any = None
+    config: Any, uri: str, *, frames: int | None = None, model_every: int = 1, options: Any = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """The work of the job `config` on `uri` (a file or a live stream), alone, one thread a piece.
 
     Decodes up to `frames` frames (all, for a file), runs the model on every `model_every`-th and
     encodes every one when the job has a video output. Returns CPU ms a frame of each piece and the
-    frames seen."""
+    frames seen.
+
+    A `live` stream's frames come 40 ms apart, and work done on each as it comes runs cold: each
+    frame's decode and model find their code and data gone from the caches (YuNet at 640x288: 4.5 ms
+    a frame with a 40 ms pause before each, 3.55 back to back, on the 2-core development machine).
+    A machine near its limit runs the work of many streams back to back, so the limit is measured so:
+    the stream's packets are kept as they come (their demuxing timed, and counted as decode), then
+    decoded, run through the model and encoded back to back. The figures as each frame came are kept
+    too (`paced`)."""
     import av
 
     from framewire.components import VideoFileOutput
@@ -216,21 +273,21 @@ def work_alone(
     model = _Model(config, max(1, model_every))
     process0 = time.process_time()
     container = av.open(uri, options=options or {})
+    paced: dict[str, Any] | None = None
     try:
         stream = _one_thread_decoder(container)
-        codec = None
-        n = 0
-        for frame in _decoded(container, stream, timer, frames):
-            if video is not None and codec is None:
-                codec = _encoder(frame.width, frame.height, stream.average_rate, stream.time_base, video)
-            model.run(frame, n, timer)
-            if codec is not None:
-                _encode(codec, frame, timer)
-            n += 1
-        if codec is not None:
-            started = time.thread_time()
-            codec.encode(None)  # flush: the frames x264 held back are encoded too
-            timer.add("encode", started, 0)
+        if live:
+            as_they_came = WorkTimer()
+            packets: list[Any] = []
+            _work(_decoded(container, stream, as_they_came, frames, keep=packets), stream, model, video, as_they_came)
+            demux_s = as_they_came.cpu_s["demux"]  # receiving the stream is work too: counted as decode
+            as_they_came.cpu_s["decode"] += demux_s
+            timer.cpu_s["decode"] += demux_s
+            pieces = as_they_came.ms_per_frame()
+            paced = {"ms_per_frame": pieces, "work_ms_per_frame": work_ms(pieces, with_encode=video is not None)}
+            n = _work(_redecoded(packets, stream, timer, frames), stream, model, video, timer)
+        else:
+            n = _work(_decoded(container, stream, timer, frames), stream, model, video, timer)
         size = (stream.width, stream.height)
     finally:
         container.close()
@@ -244,7 +301,8 @@ def work_alone(
         "model_input": [list(v.shape) for v in model.inputs.values()],
         "encode": {"codec": "libx264", "preset": video.preset, "crf": video.crf} if video else None,
         "ms_per_frame": pieces,
-        "cpu_s": dict(timer.cpu_s),
+        "cpu_s": {k: v for k, v in timer.cpu_s.items() if k in WORK},
         "work_ms_per_frame": work_ms(pieces, with_encode=video is not None),
+        "paced": paced,
         "process_cpu_s": time.process_time() - process0,  # everything, the untimed preparation too
     }

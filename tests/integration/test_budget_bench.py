@@ -60,6 +60,7 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     work = one["work"]
     assert work["frames"] == 25 and work["encode"] is None  # JSONL only: nothing to encode
     assert work["ms_per_frame"]["decode"] > 0 and work["ms_per_frame"]["model"] > 0
+    assert work["paced"]["ms_per_frame"]["model"] > 0  # as each frame came: shown, not the limit
     share = result["share"]
     assert share["stream_limit"] == pytest.approx(2 / share["work_cores_per_stream"], rel=0.01)
     profile = result["profile"]
@@ -79,3 +80,4 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
     assert "per process and library (on-CPU samples, perf)" in table
     assert "fps kept, fastest stream" in table and "frames kept, all streams" in table
+    assert "as each frame came (cold)" in table

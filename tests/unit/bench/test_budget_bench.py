@@ -74,6 +74,34 @@ def test_the_work_alone_times_decode_model_and_encode_on_one_thread(tiny_job: Pa
     assert sampled["frames"] == 6 and sampled["model_frames"] == 2
 
 
+def test_a_live_stream_s_work_is_timed_back_to_back_on_the_packets_it_kept(tiny_job: Path) -> None:
+    # Live frames come 40 ms apart and work done as each comes runs cold: the limit is the work back
+    # to back, on the stream's packets decoded again by a decoder of its own.
+    config = load_config(str(tiny_job))
+    work = limit.work_alone(config, config.sources[0].uri, live=True)
+    assert work["frames"] == 12 and work["model_frames"] == 12
+    assert all(work["ms_per_frame"][k] > 0 for k in limit.WORK)
+    paced = work["paced"]
+    assert all(paced["ms_per_frame"][k] > 0 for k in limit.WORK)
+    assert paced["work_ms_per_frame"] == pytest.approx(sum(paced["ms_per_frame"].values()))
+    assert set(work["cpu_s"]) == set(limit.WORK)  # the demuxing is in decode, not a piece of its own
+    assert limit.work_alone(config, config.sources[0].uri)["paced"] is None  # a file runs back to back already
+
+
+def test_the_kept_packets_decode_again_to_the_same_frames(tiny_job: Path) -> None:
+    config = load_config(str(tiny_job))
+    with av.open(config.sources[0].uri) as container:
+        stream = limit._one_thread_decoder(container)
+        packets: list[Any] = []
+        first = [f.to_ndarray(format="yuv420p").tobytes() for f in limit._decoded(container, stream, limit.WorkTimer(), None, keep=packets)]
+        timer = limit.WorkTimer()
+        again = [f.to_ndarray(format="yuv420p").tobytes() for f in limit._redecoded(packets, stream, timer, None)]
+        assert len(first) == 12 and again == first
+        assert timer.count["decode"] == 12 and timer.cpu_s["decode"] > 0
+        assert [f.pts for f in limit._redecoded(packets, stream, limit.WorkTimer(), 5)] == [
+            f.pts for f in limit._redecoded(packets, stream, limit.WorkTimer(), None)][:5]
+
+
 def test_the_reference_encoder_codes_each_frame_at_its_own_time(tiny_job: Path) -> None:
     # x264's rate control reads frame durations from the timestamps: without them it codes fewer
     # bits with less work than the job's writer does, and the limit would be too low.
