@@ -213,6 +213,7 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
             frames=fw["frames"], cpu_s=fw["cpu_s"], wall_s=fw["wall_s"],
             work_ms_per_frame=one["work"]["work_ms_per_frame"], cores=cores, startup_s=fw["startup_s"],
         )  # fmt: skip
+        one["share"]["framewire_vs_loop"] = limit.versus_loop(one["share"]["framewire_ms_per_frame"], one["work"])
         _wait(args)
         one["share"]["cli_startup_s"] = cli_startup(job, folder / f"cli-{index}")
         one["exit_code"] = fw["exit_code"]
@@ -386,6 +387,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 work_ms_per_frame=one["work"]["work_ms_per_frame"], fps=clip["fps"], cores=cores,
                 frames_out=fw["frames_in_window"],
             )  # fmt: skip
+            one["share"]["framewire_vs_loop"] = limit.versus_loop(one["share"]["framewire_ms_per_frame_out"], one["work"])
             one["exit_code"] = fw["exit_code"]
             runs.append(one)
         if args.profile:
@@ -524,6 +526,12 @@ def format_table(result: Mapping[str, Any]) -> str:
     rows.append(["work ms / frame", share.get("work_ms_per_frame")])
     if work.get("paced"):  # a live stream's work as each frame came, cold: not the limit (limit.work_alone)
         rows.append(["work ms / frame as each frame came (cold)", work["paced"].get("work_ms_per_frame")])
+    loop = work.get("loop") or {}
+    rows += [
+        ["plain loop's own steps ms / frame (BGR, input, JSON)", loop.get("own_ms_per_frame")],
+        ["plain loop / work (CPU a frame)", loop.get("ratio")],
+        ["framewire / plain loop (CPU a frame)", share.get("framewire_vs_loop")],
+    ]
     if result["mode"] == "file":
         rows += [
             ["framewire CPU ms / frame", share.get("framewire_ms_per_frame")],

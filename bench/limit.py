@@ -15,30 +15,37 @@ its wall time against the limit on this machine: the work's core-seconds over th
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 WORK = ("decode", "model", "encode")
+LOOP = ("convert", "preprocess", "postprocess")
+"""What the plainest Python loop adds around the work, timed beside it (not part of the limit): the
+frame converted to BGR (PyAV), the model's input made from it (the task's own preprocessing) and
+the model's output decoded and written as a JSON line. A peer in the same run: what a hand-written
+`for frame in container.decode(): ...` pays of its own before any machinery."""
 
 
 @dataclass
 class WorkTimer:
     """CPU seconds (of the calling thread) and counts of each piece of the work."""
 
-    cpu_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in (*WORK, "demux")})
-    count: dict[str, int] = field(default_factory=lambda: {k: 0 for k in (*WORK, "demux")})
+    cpu_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in (*WORK, *LOOP, "demux")})
+    count: dict[str, int] = field(default_factory=lambda: {k: 0 for k in (*WORK, *LOOP, "demux")})
 
     def add(self, piece: str, started: float, n: int = 1) -> None:
         """Count `n` of `piece` as the thread CPU time since `started` (a `time.thread_time()`)."""
         self.cpu_s[piece] += time.thread_time() - started
         self.count[piece] += n
 
-    def ms_per_frame(self) -> dict[str, float | None]:
+    def ms_per_frame(self, pieces: tuple[str, ...] = WORK) -> dict[str, float | None]:
         """Each piece's mean CPU milliseconds a frame (None where it was not measured)."""
         return {
-            k: (self.cpu_s[k] / self.count[k] * 1000.0 if self.count[k] else None) for k in WORK
+            k: (self.cpu_s[k] / self.count[k] * 1000.0 if self.count[k] else None) for k in pieces
         }
 
 
@@ -151,6 +158,7 @@ class _Model:
     task: Any = None
     engine: Any = None
     inputs: dict[tuple[int, int], Any] = field(default_factory=dict)  # frame size -> the model's input
+    sink: Any = field(default_factory=lambda: open(os.devnull, "w", encoding="utf-8"))  # the JSON lines
 
     def __post_init__(self) -> None:
         from framewire.components import open_engine, task_from_config
@@ -160,7 +168,8 @@ class _Model:
         self.engine = open_engine(engine_config, self.config.model.path, self.task.dynamic_axes())
 
     def run(self, frame: Any, index: int, timer: WorkTimer) -> None:
-        """Preprocess (untimed) and infer (timed) every `every`-th frame."""
+        """Every `every`-th frame: infer, timed as the work (`model`); the plain loop's steps around it
+        (`LOOP`: BGR, the model's input, its output as a JSON line) timed apart."""
         if index % self.every:
             return
         import numpy as np
@@ -170,13 +179,28 @@ class _Model:
             spec = self.task.input_spec(frame.width, frame.height)
             self.inputs[key] = np.empty(tuple(int(d) for d in spec.shape if d is not None), spec.dtype)
         buffer = self.inputs[key]
-        self.task.preprocess(frame.to_ndarray(format="bgr24"), buffer)
         started = time.thread_time()
-        self.engine.infer({self.task.input_name: buffer}, self.task.output_names)
+        image = frame.to_ndarray(format="bgr24")
+        timer.add("convert", started)
+        started = time.thread_time()
+        meta = self.task.preprocess(image, buffer)
+        timer.add("preprocess", started)
+        started = time.thread_time()
+        outputs = self.engine.infer({self.task.input_name: buffer}, self.task.output_names)
         timer.add("model", started)
+        started = time.thread_time()
+        result = self.task.postprocess(outputs, meta, frame.width, frame.height)
+        self.sink.write(json.dumps({"seq": index, "pts": frame.pts, **result.data}, default=_plain) + "\n")
+        timer.add("postprocess", started)
 
     def close(self) -> None:
         self.engine.close()
+        self.sink.close()
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy number or array in a JSON line, as a plain one."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 def _encoder(width: int, height: int, rate: Any, time_base: Any, output: Any) -> Any:
@@ -222,6 +246,25 @@ def _work(frames: Iterator[Any], stream: Any, model: _Model, video: Any, timer: 
         codec.encode(None)  # flush: the frames x264 held back are encoded too
         timer.add("encode", started, 0)
     return n
+
+
+def plain_loop(timer: WorkTimer, work_ms_per_frame: float) -> dict[str, Any]:
+    """The plainest Python loop's own steps (`LOOP`), CPU ms a frame, and that loop's CPU a frame
+    against the work's (`ratio`): how close to the limit a program can come before any machinery."""
+    pieces = timer.ms_per_frame(LOOP)
+    own = sum(float(v or 0.0) for v in pieces.values())
+    return {
+        "ms_per_frame": pieces,
+        "own_ms_per_frame": own,
+        "ratio": (work_ms_per_frame + own) / work_ms_per_frame if work_ms_per_frame > 0 else None,
+    }
+
+
+def versus_loop(framewire_ms_per_frame: float | None, work: Mapping[str, Any]) -> float | None:
+    """framewire's CPU a frame over the plain loop's (the work and the loop's own steps, `work_alone`)."""
+    loop = work.get("loop") or {}
+    total = float(work.get("work_ms_per_frame") or 0.0) + float(loop.get("own_ms_per_frame") or 0.0)
+    return framewire_ms_per_frame / total if framewire_ms_per_frame and total > 0 else None
 
 
 def _redecoded(packets: list[Any], stream: Any, timer: WorkTimer, limit: int | None) -> Iterator[Any]:
@@ -303,6 +346,7 @@ def work_alone(
         "ms_per_frame": pieces,
         "cpu_s": {k: v for k, v in timer.cpu_s.items() if k in WORK},
         "work_ms_per_frame": work_ms(pieces, with_encode=video is not None),
+        "loop": plain_loop(timer, work_ms(pieces, with_encode=video is not None)),
         "paced": paced,
         "process_cpu_s": time.process_time() - process0,  # everything, the untimed preparation too
     }

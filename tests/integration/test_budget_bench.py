@@ -80,4 +80,6 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
     assert "per process and library (on-CPU samples, perf)" in table
     assert "fps kept, fastest stream" in table and "frames kept, all streams" in table
-    assert "as each frame came (cold)" in table
+    assert "as each frame came (cold)" in table and "plain loop / work" in table
+    assert share["framewire_vs_loop"] == pytest.approx(
+        share["framewire_ms_per_frame_out"] / (share["work_ms_per_frame"] + result["work"]["loop"]["own_ms_per_frame"]), rel=0.01)

@@ -74,6 +74,23 @@ def test_the_work_alone_times_decode_model_and_encode_on_one_thread(tiny_job: Pa
     assert sampled["frames"] == 6 and sampled["model_frames"] == 2
 
 
+def test_the_plain_loop_s_own_steps_are_timed_beside_the_work_not_in_it(tiny_job: Path) -> None:
+    config = load_config(str(tiny_job))
+    work = limit.work_alone(config, config.sources[0].uri)
+    loop = work["loop"]
+    assert set(loop["ms_per_frame"]) == set(limit.LOOP) and all(v > 0 for v in loop["ms_per_frame"].values())
+    assert loop["own_ms_per_frame"] == pytest.approx(sum(loop["ms_per_frame"].values()))
+    assert loop["ratio"] == pytest.approx((work["work_ms_per_frame"] + loop["own_ms_per_frame"]) / work["work_ms_per_frame"])
+    assert set(work["cpu_s"]) == set(limit.WORK)  # the limit holds the work only
+
+
+def test_framewire_against_the_plain_loop_is_its_cpu_over_the_work_and_the_loop_s_steps() -> None:
+    work = {"work_ms_per_frame": 4.0, "loop": {"own_ms_per_frame": 1.0}}
+    assert limit.versus_loop(7.5, work) == pytest.approx(1.5)
+    assert limit.versus_loop(None, work) is None
+    assert limit.versus_loop(5.0, {"work_ms_per_frame": 4.0}) == pytest.approx(1.25)  # no loop timed: the work alone
+
+
 def test_a_live_stream_s_work_is_timed_back_to_back_on_the_packets_it_kept(tiny_job: Path) -> None:
     # Live frames come 40 ms apart and work done as each comes runs cold: the limit is the work back
     # to back, on the stream's packets decoded again by a decoder of its own.
@@ -280,11 +297,13 @@ def test_bench_budget_runs_the_file_job_and_the_work_alone(
     assert share["cpu_ratio"] > 1.0  # framewire does the work and more: its processes, its hub
     assert share["limit_wall_s"] == pytest.approx(share["work_core_s"] / result["cores"], abs=2e-3)
     assert share["wall_ratio"] > share["after_startup_ratio"] > 0
+    assert share["framewire_vs_loop"] == pytest.approx(limit.versus_loop(share["framewire_ms_per_frame"], one["work"]), rel=1e-3)
     # The command line's start-up: its own interpreter, imports and config besides the fork server's.
     assert share["cli_startup_s"] > 0.3
     table = capsys.readouterr().out
     assert "framewire wall / limit" in table and "work: model ms / frame" in table
     assert "`run` start-up s (the command to its first frame)" in table
+    assert "plain loop's own steps ms / frame" in table and "framewire / plain loop" in table
 
 
 def test_a_run_that_puts_out_nothing_fails_the_start_up_probe_with_its_error(tiny_job: Path, tmp_path: Path) -> None:
