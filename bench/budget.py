@@ -19,6 +19,11 @@ and the streams the cores could carry, with nothing but the work and with framew
 per process, split that process's CPU seconds into buckets: the work and framewire's own parts.
 The figures of the unprofiled runs are the ones to quote; the profiled run is slower.
 
+`--peer [stream|core]` (live): the plainest program a user would write for the job, with its own
+model in each process, a process a stream (one script a camera, the default) or a process a core
+(bench/live_peer.py), run on the same streams in the same runs, alternating with framewire: its
+frames kept, latency and CPU a frame out beside framewire's.
+
 `--perf` (live): one more run whose measured window Linux perf samples on every CPU (bench/oncpu.py):
 each stage's CPU a frame by the library it ran in. Unlike py-spy it counts only time on a CPU; it
 cannot name Python functions, only the interpreter.
@@ -40,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import harness, limit, oncpu, pyspy
+from bench import harness, limit, live_peer, oncpu, pyspy
 from framewire import FramewireError
 
 DEFAULT_CLIP = harness.ROOT / "assets" / "videos" / "bikes.mp4"
@@ -63,6 +68,8 @@ def add_arguments(
     arg("--frames", type=int, default=None, help="file: stop after this many frames (a smoke run)")
     arg("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
     arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
+    arg("--peer", nargs="?", const="stream", choices=live_peer.LAYOUTS,
+        help="live: the plain loop in each run too, a process a stream (the default) or a core (bench/live_peer.py)")
     arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
     arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
     arg("--perf", action="store_true", help="live: one more run, sampled on-CPU by Linux perf, by library")
@@ -299,6 +306,14 @@ def run_live(
     return out
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of one process so far (the RTSP server's: it shares the cores with the job)."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
 def _cpu_by_pid(sampler: harness.ProcessSampler) -> dict[int, float]:
     """CPU seconds of each of the sampler's processes, read now."""
     import psutil
@@ -331,24 +346,6 @@ def _cmd(proc: Any) -> str:
         return ""
 
 
-def stream_stats(records: Sequence[Mapping[str, Any]], skip_s: float = 2.0) -> dict[str, Any]:
-    """One stream's frames kept a second, from its stream times (a dropped frame leaves a gap), and
-    latency p50/p99 of `latency_ms.total`; the first `skip_s` of stream time (start-up) left out."""
-    if not records:
-        return {"records": 0, "fps": None, "latency_p50_ms": None, "latency_p99_ms": None}
-    start = min(r["time"] for r in records) + skip_s
-    inside = [r for r in records if r["time"] >= start]
-    times = sorted(r["time"] for r in inside)
-    span = times[-1] - times[0] if len(times) > 1 else 0.0
-    total = [r["latency_ms"]["total"] for r in inside if "total" in r.get("latency_ms", {})]
-    return {
-        "records": len(records),
-        "fps": (len(times) - 1) / span if span > 0 else None,
-        "latency_p50_ms": harness.percentile(total, 50),
-        "latency_p99_ms": harness.percentile(total, 99),
-    }
-
-
 def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.open(encoding="utf-8")] if path.exists() else []
 
@@ -371,15 +368,21 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     try:
         for index in range(max(1, args.repeat)):
             one: dict[str, Any] = {}
-            for side in ("framewire", "work") if index % 2 == 0 else ("work", "framewire"):
+            sides = ("framewire", "work", "peer") if args.peer else ("framewire", "work")
+            for side in sides if index % 2 == 0 else sides[::-1]:
                 load = _wait(args)
-                if side == "framewire":
+                served = _cpu_of(server.pid), time.time()
+                if side == "peer":
+                    one["peer"] = live_peer.run_peer(work_job, uri, args.streams, args.seconds, args.staleness_ms,
+                                                     folder / f"peer-{index}", clip["fps"], args.peer, cores)  # fmt: skip
+                elif side == "framewire":
                     job = live_job(config, uri, args.streams, args.staleness_ms, folder / f"fw-{index}")
                     one["framewire"] = live_stats(job, run_live(job, args.seconds, exclude), clip["fps"])
                 else:
                     one["work"] = limit.work_alone(work_job, uri, frames=args.work_frames,
                                                    options={"rtsp_transport": "tcp"}, live=True)  # fmt: skip
                 one[side]["load_before"] = load
+                one[side]["server_cores"] = (_cpu_of(server.pid) - served[0]) / (time.time() - served[1])
                 harness.stderr(f"bench budget: run {index + 1} {side} done, load {load[0]:.2f}")
             fw = one["framewire"]
             one["share"] = limit.live_share(
@@ -388,6 +391,8 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 frames_out=fw["frames_in_window"],
             )  # fmt: skip
             one["share"]["framewire_vs_loop"] = limit.versus_loop(one["share"]["framewire_ms_per_frame_out"], one["work"])
+            if "peer" in one:
+                one["share"].update(peer_share(one["share"], one["peer"]))
             one["exit_code"] = fw["exit_code"]
             runs.append(one)
         if args.profile:
@@ -403,6 +408,17 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     return result
 
 
+def peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[str, float | None]:
+    """The plain loop a stream (`live_peer`) against the work and framewire, CPU a frame put out."""
+    peer_ms, work_ms = peer.get("ms_per_frame_out"), share.get("work_ms_per_frame")
+    framewire_ms = share.get("framewire_ms_per_frame_out")
+    return {
+        "peer_ms_per_frame_out": peer_ms,
+        "peer_frame_ratio": peer_ms / work_ms if peer_ms and work_ms else None,
+        "framewire_vs_peer": framewire_ms / peer_ms if framewire_ms and peer_ms else None,
+    }
+
+
 def _describe(job: Any) -> dict[str, Any]:
     from bench.pipeline import describe_job
 
@@ -413,7 +429,7 @@ def live_stats(job: Any, ran: Mapping[str, Any], rate: float | None = None) -> d
     """Per stream (fps kept, latency, frames the hub dropped) and in all (frames, drops, CPU in the
     window) of a live run; `kept`: the share of the streams' frames (`rate` fps each) put out."""
     report = ran["report"]
-    per = {s.id: stream_stats(_records(Path(str(job.outputs[0].path).replace("{source_id}", s.id))))
+    per = {s.id: harness.stream_stats(_records(Path(str(job.outputs[0].path).replace("{source_id}", s.id))))
            for s in job.sources}  # fmt: skip
     fps = [p["fps"] for p in per.values() if p["fps"] is not None]
     p99 = [p["latency_p99_ms"] for p in per.values() if p["latency_p99_ms"] is not None]
@@ -551,6 +567,7 @@ def format_table(result: Mapping[str, Any]) -> str:
             ["fps kept, fastest stream", fw.get("fps_max")],
             ["frames kept, all streams", fw.get("kept")],
             ["latency p99 ms, worst stream", fw.get("latency_p99_ms_max")],
+            ["the RTSP server's cores meanwhile (same machine)", fw.get("server_cores")],
             ["work cores / stream", share.get("work_cores_per_stream")],
             ["framewire cores / stream", share.get("framewire_cores_per_stream")],
             ["framewire / work (cores a stream)", share.get("cpu_ratio")],
@@ -560,6 +577,18 @@ def format_table(result: Mapping[str, Any]) -> str:
             ["framewire / work (CPU a frame)", share.get("frame_ratio")],
             ["stream limit at framewire's cost a frame", share.get("framewire_stream_limit_per_frame")],
         ]
+        if any("peer" in r for r in result["runs"]):
+            peer = harness.median_of([r["peer"] for r in result["runs"] if "peer" in r])
+            name = f"plain loop, a process a {peer.get('layout', 'stream')}"
+            rows += [
+                [f"{name}: fps kept, slowest stream", peer.get("fps_min")],
+                [f"{name}: frames kept, all streams", peer.get("kept")],
+                [f"{name}: latency p99 ms, worst stream", peer.get("latency_p99_ms_max")],
+                [f"{name}: the RTSP server's cores meanwhile", peer.get("server_cores")],
+                [f"{name}: CPU ms / frame out", share.get("peer_ms_per_frame_out")],
+                [f"{name} / work (CPU a frame)", share.get("peer_frame_ratio")],
+                [f"framewire / {name} (CPU a frame out)", share.get("framewire_vs_peer")],
+            ]
         head = f"bench budget (live): {result['streams']} stream(s) of {Path(result['clip']['path']).name}"
     text = f"{head}, {len(result['runs'])} run(s), medians\n" + harness.table(["", "value"], rows)
     if "profile" in result:

@@ -93,6 +93,24 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+def stream_stats(records: Sequence[Mapping[str, Any]], skip_s: float = 2.0) -> dict[str, Any]:
+    """One stream's frames kept a second, from its stream times (a dropped frame leaves a gap), and
+    latency p50/p99 of `latency_ms.total`; the first `skip_s` of stream time (start-up) left out."""
+    if not records:
+        return {"records": 0, "fps": None, "latency_p50_ms": None, "latency_p99_ms": None}
+    start = min(r["time"] for r in records) + skip_s
+    inside = [r for r in records if r["time"] >= start]
+    times = sorted(r["time"] for r in inside)
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    total = [r["latency_ms"]["total"] for r in inside if "total" in r.get("latency_ms", {})]
+    return {
+        "records": len(records),
+        "fps": (len(times) - 1) / span if span > 0 else None,
+        "latency_p50_ms": percentile(total, 50),
+        "latency_p99_ms": percentile(total, 99),
+    }
+
+
 def median(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return percentile(present, 50.0)

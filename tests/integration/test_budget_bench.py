@@ -1,7 +1,7 @@
 """`bench budget --streams` end to end at a small scale: the loopback RTSP server looping a small clip,
 two live sources for three seconds, the work alone timed on the same stream, a py-spy profile of
 every process of one more run, summarised per process into the work and framewire's own buckets,
-and perf's on-CPU samples of a last run, by library."""
+perf's on-CPU samples of a last run, by library, and the plain loop a stream on the same streams."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     out = tmp_path / "budget.json"
     code = cli.main([
         "bench", "budget", "-c", str(config), "--streams", "2", "--seconds", "3", "--clip", str(clip),
-        "--work-frames", "25", "--profile", "--profile-rate", "100", "--perf", "--perf-rate", "499",
+        "--work-frames", "25", "--peer", "--profile", "--profile-rate", "100", "--perf", "--perf-rate", "499",
         "--json", str(out),
     ])  # fmt: skip
     assert code == 0
@@ -76,7 +76,16 @@ outputs: [{{kind: jsonl, path: "out/{{source_id}}.jsonl"}}]
     assert not any("model" in row for stage, row in on_cpu["stages"].items() if stage != "infer")
     assert not any("decode" in row for stage, row in on_cpu["stages"].items() if stage != "decode")
     assert on_cpu["ms_per_frame"]["python"] > 0 and on_cpu["own_ms_per_frame"] > 0
+    # The plain loop a stream, on the same server in the same run: each stream put out in its window.
+    peer = one["peer"]
+    assert peer["exit_codes"] == [0, 0] and set(peer["per_stream"]) == {"peer0", "peer1"}
+    assert peer["server_cores"] > 0 and fw["server_cores"] > 0  # it sent the streams to each side
+    assert 0 < peer["fps_min"] <= peer["fps_max"] and peer["cpu_s"] > 0 and peer["frames_in_window"] > 0
+    assert peer["ms_per_frame_out"] == pytest.approx(peer["cpu_s"] * 1000 / peer["frames_in_window"], rel=0.01)
+    assert share["framewire_vs_peer"] == pytest.approx(
+        share["framewire_ms_per_frame_out"] / share["peer_ms_per_frame_out"], rel=0.01)
     table = capsys.readouterr().out
+    assert "plain loop, a process a stream: fps kept, slowest stream" in table
     assert "stream limit (work alone" in table and "CPU ms a frame per process" in table
     assert "per process and library (on-CPU samples, perf)" in table
     assert "fps kept, fastest stream" in table and "frames kept, all streams" in table

@@ -12,7 +12,7 @@ from typing import Any
 import av
 import pytest
 
-from bench import budget, limit, pyspy
+from bench import budget, harness, limit, pyspy
 from framewire import cli
 from framewire.config import Policy, load_config
 
@@ -185,13 +185,13 @@ def _record(stream_s: float, total_ms: float) -> dict[str, Any]:
 
 def test_stream_stats_see_dropped_frames_as_gaps_and_leave_out_the_start() -> None:
     every = [_record(i / 25, 10.0 + i % 5) for i in range(250)]
-    stats = budget.stream_stats(every)
+    stats = harness.stream_stats(every)
     assert stats["fps"] == pytest.approx(25.0) and stats["records"] == 250
     half = [r for i, r in enumerate(every) if i < 50 or i % 2 == 0]  # half dropped after 2 s
-    assert budget.stream_stats(half)["fps"] == pytest.approx(12.5, rel=0.05)
+    assert harness.stream_stats(half)["fps"] == pytest.approx(12.5, rel=0.05)
     slow_start = [_record(0.0, 5000.0), *every[60:]]  # a slow first frame, before the window
-    assert budget.stream_stats(slow_start)["latency_p99_ms"] < 20
-    assert budget.stream_stats([])["fps"] is None
+    assert harness.stream_stats(slow_start)["latency_p99_ms"] < 20
+    assert harness.stream_stats([])["fps"] is None
 
 
 # --- the profile ---------------------------------------------------------------------------------

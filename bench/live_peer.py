@@ -1,0 +1,297 @@
+"""The plainest program a user would write for the live job, run beside framewire on the same streams
+(`bench budget --streams N --peer`, issue 20): a peer that says how close to the limit any Python
+program comes, measured in the same run as framewire.
+
+Two layouts (`LAYOUTS`). `stream`: a process a stream, as people write one script a camera.
+`core`: a process a core, each with a share of the streams, as a more careful hand-written program
+would do. In each process, a thread a stream reads and decodes it (PyAV, one decoder thread, as the
+work alone does) and keeps only its newest frame (`drop_oldest`: FFmpeg lets go of the GIL while it
+reads and decodes). The main thread takes the newest frames, drops those older than the staleness
+limit, and for each converts it to BGR, makes the model's input with the task's own preprocessing,
+runs the model (ONNX Runtime, one thread) and writes the decoded output as a JSON line. No hub, no
+frame pool, no messages between processes: what it spends over the work is the plain loop's own
+steps (`limit.LOOP`), its threads and each process's wake-ups.
+
+Each line carries the stream time and the latency from the end of the frame's decode to its line,
+as framewire's records do, and the wall time it was written at, so the streams are measured over
+the same window of wall time (`peer_stats`). `run_peer` starts the processes, waits until each has
+put out a frame, measures their CPU over `seconds` and stops them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import harness
+
+START_TIMEOUT_S = 180.0
+SETTLE_S = 2.0  # after the last stream's first frame, before the window: the first frames' backlog
+WAIT_S = 0.2  # the main thread's longest wait for a frame: it hears a stop this often
+
+
+class Newest:
+    """The newest decoded frame of each of a process's streams and when it was decoded (epoch); an
+    older one not taken yet is replaced and counted (`dropped`). One condition for all of them: the
+    main thread waits for a frame of any stream."""
+
+    def __init__(self, streams: int = 1) -> None:
+        self._cond = threading.Condition()
+        self._frames: list[tuple[Any, float] | None] = [None] * streams
+        self.dropped = [0] * streams
+        self.ended = [False] * streams
+        self.errors: list[str | None] = [None] * streams
+
+    def put(self, index: int, frame: Any, decoded_at: float) -> None:
+        with self._cond:
+            if self._frames[index] is not None:
+                self.dropped[index] += 1
+            self._frames[index] = (frame, decoded_at)
+            self._cond.notify()
+
+    def end(self, index: int, error: str | None = None) -> None:
+        with self._cond:
+            self.ended[index], self.errors[index] = True, error
+            self._cond.notify()
+
+    def take(self, timeout_s: float) -> list[tuple[int, Any, float]]:
+        """Each stream's newest frame not taken yet, as (stream, frame, decoded at), waiting up to
+        `timeout_s` for one; [] when none came (or every stream has ended)."""
+        with self._cond:
+            self._cond.wait_for(lambda: any(f is not None for f in self._frames) or all(self.ended), timeout_s)
+            taken = [(i, *f) for i, f in enumerate(self._frames) if f is not None]
+            self._frames = [None] * len(self._frames)
+            return taken
+
+
+def read(uri: str, newest: Newest, index: int, options: Mapping[str, str]) -> None:
+    """A reader thread: every frame of `uri` decoded, each handed to `newest` as it comes with its
+    time in the stream (a missing or repeated pts derived as framewire's reader derives it)."""
+    import av
+
+    from bench.limit import _one_thread_decoder
+
+    error = None
+    try:
+        with av.open(uri, options=dict(options), timeout=10.0) as container:
+            stream = _one_thread_decoder(container)
+            base = stream.time_base
+            step = max(1, round(1 / (float(stream.average_rate or 25) * base)))
+            last: int | None = None
+            for frame in container.decode(stream):
+                # a stream's first frames may have none, or repeat one: the next after the last, as
+                # framewire's reader derives them
+                last = frame.pts if frame.pts is not None and (last is None or frame.pts > last) else (
+                    0 if last is None else last + step)  # fmt: skip
+                newest.put(index, (frame, float(last * base)), time.time())
+    except Exception as exc:  # noqa: BLE001 - reported by the main thread, which exits non-zero
+        error = f"{type(exc).__name__}: {exc}"
+    newest.end(index, error)
+
+
+def peer_main(config_path: str, uri: str, out_paths: Sequence[str], staleness_ms: float, ids: Sequence[str]) -> int:
+    """The plain loop of one or more streams of `uri` (a reader thread each, `out_paths` and `ids` in
+    the same order), until SIGTERM (0) or every stream ends (0, or 1 when one failed)."""
+    import numpy as np
+
+    from bench.limit import _Model, _plain
+    from framewire import validate_config
+
+    config = validate_config(json.loads(Path(config_path).read_text(encoding="utf-8")), "bench budget peer")
+    model = _Model(config, 1)  # the job's task, its engine on one thread, as the work alone runs them
+    task, engine = model.task, model.engine
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    newest = Newest(len(out_paths))
+    for index in range(len(out_paths)):
+        threading.Thread(target=read, args=(uri, newest, index, {"rtsp_transport": "tcp"}), daemon=True).start()
+    staleness_s = staleness_ms / 1000.0 if staleness_ms else None
+    buffer: Any = None
+    seq = [0] * len(out_paths)
+    stale = [0] * len(out_paths)
+    outs = [open(path, "w", encoding="utf-8") for path in out_paths]
+    try:
+        while not stop.is_set():
+            taken = newest.take(WAIT_S)
+            if not taken and all(newest.ended):
+                break
+            for index, (frame, time_s), decoded_at in taken:
+                if staleness_s is not None and time.time() - decoded_at > staleness_s:
+                    stale[index] += 1
+                    continue
+                if buffer is None:
+                    spec = task.input_spec(frame.width, frame.height)
+                    buffer = np.empty(tuple(int(d) for d in spec.shape if d is not None), spec.dtype)
+                image = frame.to_ndarray(format="bgr24")
+                meta = task.preprocess(image, buffer)
+                outputs = engine.infer({task.input_name: buffer}, task.output_names)
+                result = task.postprocess(outputs, meta, frame.width, frame.height)
+                now = time.time()
+                record = {"source": ids[index], "seq": seq[index], "time": time_s, "at": now,
+                          "latency_ms": {"total": (now - decoded_at) * 1000.0}, **result.data}  # fmt: skip
+                outs[index].write(json.dumps(record, default=_plain) + "\n")
+                if seq[index] == 0:
+                    outs[index].flush()  # the first line tells `run_peer` that this stream is under way
+                seq[index] += 1
+    finally:
+        for out in outs:
+            out.close()
+    for index, path in enumerate(out_paths):
+        summary = {"source": ids[index], "frames": seq[index], "stale": stale[index],
+                   "dropped": newest.dropped[index], "error": newest.errors[index]}  # fmt: skip
+        summary_path(path).write_text(json.dumps(summary), encoding="utf-8")
+        if newest.errors[index]:
+            print(f"bench budget peer {ids[index]}: {newest.errors[index]}", file=sys.stderr)
+    os._exit(1 if any(newest.errors) else 0)  # the reader threads may sit in FFmpeg's read: not joined
+
+
+def summary_path(out_path: str | Path) -> Path:
+    """Where a stream's loop writes its totals when it ends: frames put out, replaced, stale."""
+    return Path(f"{out_path}.summary.json")
+
+
+LAYOUTS = ("stream", "core")
+"""How the peer lays its streams out: a process a stream (one script a camera), or a process a core
+with a reader thread a stream, the frames of all of its streams run through the model in turn."""
+
+
+def run_peer(
+    config: Any, uri: str, streams: int, seconds: float, staleness_ms: float, folder: Path, fps: float | None,
+    layout: str = "stream", cores: int = 1,
+) -> dict[str, Any]:
+    """`streams` plain loops on `uri`, laid out by `layout` over processes (a process a stream, or
+    `cores` processes); their CPU over `seconds` of wall time once every stream has put out a frame,
+    and each stream's frames kept a second and latency in that window."""
+    import psutil
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"bench budget peer: layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "peer-config.json"
+    config_path.write_text(json.dumps(config.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))}
+    outs = [folder / f"peer{i}.jsonl" for i in range(streams)]
+    groups = [[i] for i in range(streams)] if layout == "stream" else [
+        list(range(streams))[k::max(1, cores)] for k in range(min(max(1, cores), streams))]  # fmt: skip
+    errors = [folder / f"peer-process{k}.err" for k in range(len(groups))]
+    started = time.time()
+    processes = []
+    for group, error in zip(groups, errors):
+        args = [sys.executable, "-m", "bench.live_peer", "--config", str(config_path), "--uri", uri,
+                "--staleness-ms", str(staleness_ms)]  # fmt: skip
+        for i in group:
+            args += ["--out", str(outs[i]), "--id", f"peer{i}"]
+        with error.open("w", encoding="utf-8") as err:
+            processes.append(subprocess.Popen(args, cwd=harness.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    out: dict[str, Any] = {"streams": streams, "layout": layout, "processes": len(processes), "startup_s": None}
+    try:
+        _wait_for_first(processes, outs, errors)
+        out["startup_s"] = time.time() - started
+        time.sleep(SETTLE_S)
+        procs = [psutil.Process(p.pid) for p in processes]
+        cpu0, t0 = _cpu(procs), time.time()
+        time.sleep(seconds)
+        cpu1, t1 = _cpu(procs), time.time()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        codes = [_ended(p) for p in processes]
+    records = [_records(path) for path in outs]
+    out.update(peer_stats(records, (t0, t1), fps), cpu_s=cpu1 - cpu0, window_s=t1 - t0)
+    out["cores_used"] = out["cpu_s"] / out["window_s"]
+    frames = out["frames_in_window"]
+    out["ms_per_frame_out"] = out["cpu_s"] * 1000.0 / frames if frames else None
+    out["exit_codes"] = codes
+    summaries = [json.loads(summary_path(path).read_text(encoding="utf-8")) for path in outs if summary_path(path).exists()]
+    out["stale"] = sum(int(s["stale"]) for s in summaries)
+    out["replaced"] = sum(int(s["dropped"]) for s in summaries)
+    return out
+
+
+def _wait_for_first(processes: Sequence[Any], outs: Sequence[Path], errors: Sequence[Path]) -> None:
+    """Until every stream has put out its first line; a process that ends first fails the run
+    (`errors`: each process's stderr)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not all(path.exists() and path.stat().st_size > 0 for path in outs):
+        for process, err in zip(processes, errors):
+            if process.poll() is not None:
+                said = err.read_text(encoding="utf-8").strip().splitlines()
+                raise RuntimeError(f"bench budget peer: a process ended ({process.returncode}) "
+                                   f"before every stream had put out a frame: {said[-1] if said else 'no message'}")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"bench budget peer: no first frame from every stream in {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)
+
+
+def _cpu(procs: Sequence[Any]) -> float:
+    total = 0.0
+    for proc in procs:
+        times = proc.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def _ended(process: Any) -> int:
+    try:
+        return int(process.wait(10))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return int(process.wait())
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+
+
+def peer_stats(
+    records: Sequence[Sequence[Mapping[str, Any]]], window: tuple[float, float], fps: float | None
+) -> dict[str, Any]:
+    """Per stream (frames kept a second, latency) over the lines written inside `window` (epoch
+    seconds), and over all the streams as `budget.live_stats` gives framewire's."""
+    start, end = window
+    per = {}
+    for index, lines in enumerate(records):
+        inside = [r for r in lines if start <= r["at"] <= end]
+        per[f"peer{index}"] = harness.stream_stats(inside, skip_s=0.0)
+    rates = [p["fps"] for p in per.values() if p["fps"] is not None]
+    p99 = [p["latency_p99_ms"] for p in per.values() if p["latency_p99_ms"] is not None]
+    whole = len(rates) == len(per) and bool(per)
+    return {
+        "fps_min": min(rates) if whole else 0.0,
+        "fps_median": harness.median(rates),
+        "fps_max": max(rates) if rates else 0.0,
+        "kept": sum(rates) / (len(per) * fps) if fps and whole else None,
+        "latency_p99_ms_max": max(p99) if p99 else None,
+        "frames_in_window": round(sum(rates) * (end - start)),
+        "per_stream": per,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.live_peer", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the job's config, as JSON")
+    parser.add_argument("--uri", required=True)
+    parser.add_argument("--out", action="append", required=True, help="a stream's JSON lines (once a stream)")
+    parser.add_argument("--id", action="append", help="a stream's id, in the order of --out")
+    parser.add_argument("--staleness-ms", type=float, default=500.0)
+    args = parser.parse_args(argv)
+    ids = args.id or [f"peer{i}" for i in range(len(args.out))]
+    if len(ids) != len(args.out):
+        parser.error(f"{len(args.out)} --out but {len(ids)} --id: one of each a stream")
+    return peer_main(args.config, args.uri, args.out, args.staleness_ms, ids)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
