@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
+    if args.peer and args.streams <= 0:
+        raise FramewireError("bench budget --peer: the plain programs run beside the live job (--streams N)")
     if args.perf:  # before any run: a missing perf must not cost the runs before the perf one
         if args.streams <= 0:
             raise FramewireError("bench budget --perf: it samples the live job (--streams N)")
@@ -409,7 +411,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 
 def peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[str, float | None]:
-    """The plain loop a stream (`live_peer`) against the work and framewire, CPU a frame put out."""
+    """The plain program (`live_peer`, either layout) against the work and framewire, CPU a frame put out."""
     peer_ms, work_ms = peer.get("ms_per_frame_out"), share.get("work_ms_per_frame")
     framewire_ms = share.get("framewire_ms_per_frame_out")
     return {
