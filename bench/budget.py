@@ -308,12 +308,9 @@ def run_live(
     return out
 
 
-def _cpu_of(pid: int) -> float:
-    """CPU seconds of one process so far (the RTSP server's: it shares the cores with the job)."""
-    import psutil
-
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
+def _server_cpu(pid: int) -> float:
+    """The RTSP server's CPU seconds so far: it shares the cores with the job."""
+    return harness.cpu_s(pid) or 0.0
 
 
 def _cpu_by_pid(sampler: harness.ProcessSampler) -> dict[int, float]:
@@ -348,10 +345,6 @@ def _cmd(proc: Any) -> str:
         return ""
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.open(encoding="utf-8")] if path.exists() else []
-
-
 def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """N live streams through the daemon and the work alone on the same stream, alternating."""
     from bench.latency import clip_facts
@@ -373,7 +366,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             sides = ("framewire", "work", "peer") if args.peer else ("framewire", "work")
             for side in sides if index % 2 == 0 else sides[::-1]:
                 load = _wait(args)
-                served = _cpu_of(server.pid), time.time()
+                served = _server_cpu(server.pid), time.time()
                 if side == "peer":
                     one["peer"] = live_peer.run_peer(work_job, uri, args.streams, args.seconds, args.staleness_ms,
                                                      folder / f"peer-{index}", clip["fps"], args.peer, cores)  # fmt: skip
@@ -384,7 +377,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                     one["work"] = limit.work_alone(work_job, uri, frames=args.work_frames,
                                                    options={"rtsp_transport": "tcp"}, live=True)  # fmt: skip
                 one[side]["load_before"] = load
-                one[side]["server_cores"] = (_cpu_of(server.pid) - served[0]) / (time.time() - served[1])
+                one[side]["server_cores"] = (_server_cpu(server.pid) - served[0]) / (time.time() - served[1])
                 harness.stderr(f"bench budget: run {index + 1} {side} done, load {load[0]:.2f}")
             fw = one["framewire"]
             one["share"] = limit.live_share(
@@ -431,7 +424,7 @@ def live_stats(job: Any, ran: Mapping[str, Any], rate: float | None = None) -> d
     """Per stream (fps kept, latency, frames the hub dropped) and in all (frames, drops, CPU in the
     window) of a live run; `kept`: the share of the streams' frames (`rate` fps each) put out."""
     report = ran["report"]
-    per = {s.id: harness.stream_stats(_records(Path(str(job.outputs[0].path).replace("{source_id}", s.id))))
+    per = {s.id: harness.stream_stats(harness.read_jsonl(Path(str(job.outputs[0].path).replace("{source_id}", s.id))))
            for s in job.sources}  # fmt: skip
     fps = [p["fps"] for p in per.values() if p["fps"] is not None]
     p99 = [p["latency_p99_ms"] for p in per.values() if p["latency_p99_ms"] is not None]

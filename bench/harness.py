@@ -362,6 +362,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def checkout_env() -> dict[str, str]:
+    """This environment with the checkout on PYTHONPATH: for `python -m bench...` and `tests.support`
+    programs started from anywhere."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON lines file, none when it is not there (blank lines left out)."""
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of a process so far; None for none or one that is gone."""
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return float(t.user + t.system)
+
+
 def rtsp_server(port: int, clip: str) -> Any:
     """The checkout's loopback RTSP server (tests/support/rtsp_server.py, the one the tests use),
     serving `clip` looped at its own rate on rtsp://127.0.0.1:PORT/live; returns once it listens.
@@ -370,10 +397,9 @@ def rtsp_server(port: int, clip: str) -> Any:
     """
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.rtsp_server", "--port", str(port), "--clip", clip],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT, env=checkout_env(), stdout=subprocess.PIPE, text=True,
     )
     assert process.stdout is not None
     line = process.stdout.readline()

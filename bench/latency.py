@@ -24,7 +24,6 @@ behind. JSON plus a table.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import threading
@@ -182,7 +181,7 @@ def run_policy(
         first.set()
 
     sampler = _DaemonSampler(exclude=frozenset({server_pid} if server_pid else ()))
-    server_cpu0 = _cpu_s(server_pid)
+    server_cpu0 = harness.cpu_s(server_pid)
     load_before = harness.load_average()
     sampler.start()
     started = time.time()
@@ -218,13 +217,13 @@ def run_policy(
     finished = time.time()
     sid = job.sources[0].id
     path = jsonl_paths(job)[sid]
-    records = [json.loads(line) for line in path.open(encoding="utf-8")] if path.exists() else []
+    records = harness.read_jsonl(path)
     cpu_by = sampler.by_name()
     hub = next((k for k in cpu_by if k.startswith("hub")), None)
     if hub is not None:
         cpu_by[hub] = max(0.0, cpu_by[hub] - sampler.sampler_cpu_s)
     cpu_s = sum(cpu_by.values())
-    server_cpu = _cpu_s(server_pid)
+    server_cpu = harness.cpu_s(server_pid)
     source = job.sources[0]
     stats = run_stats(
         records,
@@ -263,18 +262,6 @@ def run_policy(
     )
     stats["verdict"] = verdict(stats)
     return stats
-
-
-def _cpu_s(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    import psutil
-
-    try:
-        t = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return None
-    return float(t.user + t.system)
 
 
 def socket_queues(port: int, table: str = "/proc/net/tcp") -> tuple[int, int]:

@@ -171,17 +171,14 @@ def run_peer(
     """`streams` plain loops on `uri`, laid out by `layout` over processes (a process a stream, or
     `cores` processes); their CPU over `seconds` of wall time once every stream has put out a frame,
     and each stream's frames kept a second and latency in that window."""
-    import psutil
-
     if layout not in LAYOUTS:
         raise ValueError(f"bench budget peer: layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     folder.mkdir(parents=True, exist_ok=True)
     config_path = folder / "peer-config.json"
     config_path.write_text(json.dumps(config.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(harness.ROOT), os.environ.get("PYTHONPATH")]))}
     outs = [folder / f"peer{i}.jsonl" for i in range(streams)]
-    groups = [[i] for i in range(streams)] if layout == "stream" else [
-        list(range(streams))[k::max(1, cores)] for k in range(min(max(1, cores), streams))]  # fmt: skip
+    count = streams if layout == "stream" else max(1, min(cores, streams))
+    groups = [list(range(k, streams, count)) for k in range(count)]  # stream i in process i % count
     errors = [folder / f"peer-process{k}.err" for k in range(len(groups))]
     started = time.time()
     processes = []
@@ -191,22 +188,21 @@ def run_peer(
         for i in group:
             args += ["--out", str(outs[i]), "--id", f"peer{i}"]
         with error.open("w", encoding="utf-8") as err:
-            processes.append(subprocess.Popen(args, cwd=harness.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err))
+            processes.append(subprocess.Popen(args, cwd=harness.ROOT, env=harness.checkout_env(), stdout=subprocess.DEVNULL, stderr=err))
     out: dict[str, Any] = {"streams": streams, "layout": layout, "processes": len(processes), "startup_s": None}
     try:
         _wait_for_first(processes, outs, errors)
         out["startup_s"] = time.time() - started
         time.sleep(SETTLE_S)
-        procs = [psutil.Process(p.pid) for p in processes]
-        cpu0, t0 = _cpu(procs), time.time()
+        cpu0, t0 = _cpu(processes), time.time()
         time.sleep(seconds)
-        cpu1, t1 = _cpu(procs), time.time()
+        cpu1, t1 = _cpu(processes), time.time()
     finally:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         codes = [_ended(p) for p in processes]
-    records = [_records(path) for path in outs]
+    records = [harness.read_jsonl(path) for path in outs]
     out.update(peer_stats(records, (t0, t1), fps), cpu_s=cpu1 - cpu0, window_s=t1 - t0)
     out["cores_used"] = out["cpu_s"] / out["window_s"]
     frames = out["frames_in_window"]
@@ -233,12 +229,12 @@ def _wait_for_first(processes: Sequence[Any], outs: Sequence[Path], errors: Sequ
         time.sleep(0.1)
 
 
-def _cpu(procs: Sequence[Any]) -> float:
-    total = 0.0
-    for proc in procs:
-        times = proc.cpu_times()
-        total += times.user + times.system
-    return total
+def _cpu(processes: Sequence[Any]) -> float:
+    """The processes' CPU seconds so far, all together; one that is gone fails the run."""
+    times = [harness.cpu_s(p.pid) for p in processes]
+    if any(t is None for t in times):
+        raise RuntimeError("bench budget peer: a process ended during the measured window")
+    return sum(t for t in times if t is not None)
 
 
 def _ended(process: Any) -> int:
@@ -247,12 +243,6 @@ def _ended(process: Any) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         return int(process.wait())
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
 
 
 def peer_stats(
