@@ -24,6 +24,11 @@ model in each process, a process a stream (one script a camera, the default) or 
 (bench/live_peer.py), run on the same streams in the same runs, alternating with framewire: its
 frames kept, latency and CPU a frame out beside framewire's.
 
+`--peer` (file; the layout `threads`): the plainest careful program for the file job, one process
+with a thread to decode, one to run the model and blur, one to encode (bench/file_peer.py), on the
+same clip in the same runs, alternating with framewire and the work alone: its wall time against
+the limit, from its start and from its first frame out, and its CPU a frame beside framewire's.
+
 `--perf` (live): one more run whose measured window Linux perf samples on every CPU (bench/oncpu.py):
 each stage's CPU a frame by the library it ran in. Unlike py-spy it counts only time on a CPU; it
 cannot name Python functions, only the interpreter.
@@ -45,11 +50,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench import harness, limit, live_peer, oncpu, pyspy
-from framewire import FramewireError
+from bench import file_peer, harness, limit, live_peer, oncpu, pyspy
+from framewire import UsageError
 
 DEFAULT_CLIP = harness.ROOT / "assets" / "videos" / "bikes.mp4"
 FIRST_FRAME_TIMEOUT_S = 180.0
+PEER_DEFAULT = "default"
+"""`--peer` alone: the live layout `stream`, or the file job's `threads`."""
+FILE_PEER = "threads"
 FILE_KEYS = (
     "frames", "wall_s", "fps", "steady_fps", "startup_s", "cpu_s", "cpu_s_by_process", "exit_code", "error",
 )  # fmt: skip
@@ -68,8 +76,9 @@ def add_arguments(
     arg("--frames", type=int, default=None, help="file: stop after this many frames (a smoke run)")
     arg("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
     arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
-    arg("--peer", nargs="?", const="stream", choices=live_peer.LAYOUTS,
-        help="live: the plain loop in each run too, a process a stream (the default) or a core (bench/live_peer.py)")
+    arg("--peer", nargs="?", const=PEER_DEFAULT, choices=(PEER_DEFAULT, *live_peer.LAYOUTS, FILE_PEER),
+        help="the plain program in each run too; live: a process a stream (the default) or a core "
+             "(bench/live_peer.py); file: `threads` (bench/file_peer.py)")
     arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
     arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
     arg("--perf", action="store_true", help="live: one more run, sampled on-CPU by Linux perf, by library")
@@ -84,11 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from framewire.components import resolve_inputs
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
-    if args.peer and args.streams <= 0:
-        raise FramewireError("bench budget --peer: the plain programs run beside the live job (--streams N)")
+    args.peer = peer_layout(args.peer, args.streams > 0)
     if args.perf:  # before any run: a missing perf must not cost the runs before the perf one
         if args.streams <= 0:
-            raise FramewireError("bench budget --perf: it samples the live job (--streams N)")
+            raise UsageError("bench budget --perf: it samples the live job (--streams N)")
         oncpu.check()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fw-budget-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,6 +112,22 @@ def run(args: argparse.Namespace) -> int:
     harness.write_json(args.json, result)
     harness.say(format_table(result))
     return 1 if any(r.get("exit_code") for r in result["runs"]) else 0
+
+
+def peer_layout(peer: str | None, live: bool) -> str | None:
+    """The plain program `--peer` asks for in this mode (None: none); a layout of the other mode is
+    refused in one line."""
+    if peer is None:
+        return None
+    if peer == PEER_DEFAULT:
+        return live_peer.LAYOUTS[0] if live else FILE_PEER
+    if live and peer == FILE_PEER:
+        raise UsageError(f"bench budget --peer {peer}: the file job's plain program; live layouts: "
+                             f"{', '.join(live_peer.LAYOUTS)}")  # fmt: skip
+    if not live and peer != FILE_PEER:
+        raise UsageError(f"bench budget --peer {peer}: a layout of the live job (--streams N); "
+                             f"the file job's plain program is {FILE_PEER}")  # fmt: skip
+    return peer
 
 
 def usable_cores() -> int:
@@ -208,11 +232,14 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
     runs: list[dict[str, Any]] = []
     for index in range(max(1, args.repeat)):
         one: dict[str, Any] = {}
-        for side in ("framewire", "work") if index % 2 == 0 else ("work", "framewire"):
+        sides = ("framewire", "work", "peer") if args.peer else ("framewire", "work")
+        for side in sides if index % 2 == 0 else sides[::-1]:
             load = _wait(args)
             if side == "framewire":
                 stats = run_daemon(redirect_outputs(job, folder / f"fw-{index}"))
                 one["framewire"] = {k: stats[k] for k in FILE_KEYS}
+            elif side == "peer":
+                one["peer"] = file_peer.run_file_peer(job, uri, folder / f"peer-{index}", cores)
             else:
                 one["work"] = limit.work_alone(job, uri, frames=args.frames)
             one[side]["load_before"] = load
@@ -223,6 +250,8 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
             work_ms_per_frame=one["work"]["work_ms_per_frame"], cores=cores, startup_s=fw["startup_s"],
         )  # fmt: skip
         one["share"]["framewire_vs_loop"] = limit.versus_loop(one["share"]["framewire_ms_per_frame"], one["work"])
+        if "peer" in one:
+            one["share"].update(file_peer_share(one["share"], one["peer"]))
         _wait(args)
         one["share"]["cli_startup_s"] = cli_startup(job, folder / f"cli-{index}")
         one["exit_code"] = fw["exit_code"]
@@ -241,6 +270,23 @@ def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, A
     if args.profile:
         result["profile"] = file_profile(job, args, folder)
     return result
+
+
+def file_peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[str, float | None]:
+    """The file peer (bench/file_peer.py) against the limit and the work, and framewire against it."""
+    limit_s, work_ms = share.get("limit_wall_s"), share.get("work_ms_per_frame")
+    peer_ms, peer_wall, startup = peer.get("ms_per_frame"), peer.get("wall_s"), peer.get("startup_s")
+    fw_ms, fw_wall = share.get("framewire_ms_per_frame"), share.get("wall_s")
+    return {
+        "peer_ms_per_frame": peer_ms,
+        "peer_cpu_ratio": peer_ms / work_ms if peer_ms and work_ms else None,
+        "peer_wall_s": peer_wall,
+        "peer_wall_ratio": peer_wall / limit_s if peer_wall and limit_s else None,
+        "peer_startup_s": startup,
+        "peer_after_startup_ratio": (peer_wall - startup) / limit_s if peer_wall and limit_s and startup is not None else None,
+        "framewire_vs_peer_cpu": fw_ms / peer_ms if fw_ms and peer_ms else None,
+        "framewire_vs_peer_wall": fw_wall / peer_wall if fw_wall and peer_wall else None,
+    }
 
 
 # --- the live job --------------------------------------------------------------------------------
@@ -554,6 +600,18 @@ def format_table(result: Mapping[str, Any]) -> str:
             ["`run` start-up s (the command to its first frame)", share.get("cli_startup_s")],
             ["framewire wall after start-up / limit", share.get("after_startup_ratio")],
         ]
+        if "peer_wall_s" in share:
+            name = "plain program, threads"
+            rows += [
+                [f"{name}: CPU ms / frame", share.get("peer_ms_per_frame")],
+                [f"{name} / work (CPU a frame)", share.get("peer_cpu_ratio")],
+                [f"{name}: wall s", share.get("peer_wall_s")],
+                [f"{name}: wall / limit", share.get("peer_wall_ratio")],
+                [f"{name}: start-up s (to its first frame)", share.get("peer_startup_s")],
+                [f"{name}: wall after start-up / limit", share.get("peer_after_startup_ratio")],
+                [f"framewire / {name} (CPU a frame)", share.get("framewire_vs_peer_cpu")],
+                [f"framewire / {name} (wall)", share.get("framewire_vs_peer_wall")],
+            ]
         head = f"bench budget (file): {result['clip']['uri']}, {result['clip']['frames']} frames"
     else:
         fw = harness.median_of([r["framewire"] for r in result["runs"]])

@@ -135,9 +135,3 @@ def test_run_peer_fails_with_the_message_of_a_stream_that_ended_before_its_first
 def test_a_layout_the_peer_does_not_know_is_refused(tiny_job: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="layout 'thread' is not one of stream, core"):
         live_peer.run_peer(load_config(str(tiny_job)), "u", 1, 1.0, 500.0, tmp_path, 25.0, "thread")
-
-
-def test_the_peer_runs_beside_the_live_job_only(tiny_job: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["bench", "budget", "-c", str(tiny_job), "--peer", "core"]) != 0
-    (said,) = capsys.readouterr().err.strip().splitlines()[-1:]
-    assert "bench budget --peer: the plain programs run beside the live job (--streams N)" in said
