@@ -19,9 +19,9 @@ and the streams the cores could carry, with nothing but the work and with framew
 per process, split that process's CPU seconds into buckets: the work and framewire's own parts.
 The figures of the unprofiled runs are the ones to quote; the profiled run is slower.
 
-`--peer [stream|core]` (live): the plainest program a user would write for the job, with its own
-model in each process, a process a stream (one script a camera, the default) or a process a core
-(bench/live_peer.py), run on the same streams in the same runs, alternating with framewire: its
+`--peer [stream|core|pool]` (live): the plainest program a user would write for the job, with its
+own model in each process, a process a stream (one script a camera, the default), a process a core,
+or one process with a model thread a core (bench/live_peer.py), run on the same streams in the same runs, alternating with framewire: its
 frames kept, latency and CPU a frame out beside framewire's.
 
 `--peer` (file; the layout `threads`): the plainest careful program for the file job, one process
@@ -58,6 +58,12 @@ FIRST_FRAME_TIMEOUT_S = 180.0
 PEER_DEFAULT = "default"
 """`--peer` alone: the live layout `stream`, or the file job's `threads`."""
 FILE_PEER = "threads"
+PEER_NAMES = {
+    "stream": "plain loop, a process a stream",
+    "core": "plain loop, a process a core",
+    "pool": "plain loop, a model thread a core",
+}
+"""The live peer's rows in the table, by layout."""
 FILE_KEYS = (
     "frames", "wall_s", "fps", "steady_fps", "startup_s", "cpu_s", "cpu_s_by_process", "exit_code", "error",
 )  # fmt: skip
@@ -77,8 +83,8 @@ def add_arguments(
     arg("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
     arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
     arg("--peer", nargs="?", const=PEER_DEFAULT, choices=(PEER_DEFAULT, *live_peer.LAYOUTS, FILE_PEER),
-        help="the plain program in each run too; live: a process a stream (the default) or a core "
-             "(bench/live_peer.py); file: `threads` (bench/file_peer.py)")
+        help="the plain program in each run too; live: a process a stream (the default), a process a core, "
+             "or one process with a model thread a core (pool) (bench/live_peer.py); file: `threads` (bench/file_peer.py)")
     arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
     arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
     arg("--perf", action="store_true", help="live: one more run, sampled on-CPU by Linux perf, by library")
@@ -632,7 +638,7 @@ def format_table(result: Mapping[str, Any]) -> str:
         ]
         if any("peer" in r for r in result["runs"]):
             peer = harness.median_of([r["peer"] for r in result["runs"] if "peer" in r])
-            name = f"plain loop, a process a {peer.get('layout', 'stream')}"
+            name = PEER_NAMES.get(peer.get("layout", "stream"), "plain loop")
             rows += [
                 [f"{name}: fps kept, slowest stream", peer.get("fps_min")],
                 [f"{name}: frames kept, all streams", peer.get("kept")],

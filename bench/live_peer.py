@@ -2,13 +2,17 @@
 (`bench budget --streams N --peer`, issue 20): a peer that says how close to the limit any Python
 program comes, measured in the same run as framewire.
 
-Two layouts (`LAYOUTS`). `stream`: a process a stream, as people write one script a camera.
+Three layouts (`LAYOUTS`). `stream`: a process a stream, as people write one script a camera.
 `core`: a process a core, each with a share of the streams, as a more careful hand-written program
-would do. In each process, a thread a stream reads and decodes it (PyAV, one decoder thread, as the
+would do. `pool`: one process for every stream with a model thread a core, each with its own
+session, taking the frame of whichever stream was served longest ago (ONNX Runtime lets go of the
+GIL while it runs), so no core waits while another process has frames: what `core` cannot do.
+In each process, a thread a stream reads and decodes it (PyAV, one decoder thread, as the
 work alone does) and keeps only its newest frame (`drop_oldest`: FFmpeg lets go of the GIL while it
-reads and decodes). The main thread takes the newest frames, drops those older than the staleness
-limit, and for each converts it to BGR, makes the model's input with the task's own preprocessing,
-runs the model (ONNX Runtime, one thread) and writes the decoded output as a JSON line. No hub, no
+reads and decodes). The model thread (in the pool, each of them) takes the newest frames, drops
+those older than the staleness limit, and for each converts it to BGR, makes the model's input
+with the task's own preprocessing, runs the model (ONNX Runtime, one thread) and writes the decoded
+output as a JSON line. No hub, no
 frame pool, no messages between processes: what it spends over the work is the plain loop's own
 steps (`limit.LOOP`), its threads and each process's wake-ups.
 
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
+from bench.limit import _plain
 
 START_TIMEOUT_S = 180.0
 SETTLE_S = 2.0  # after the last stream's first frame, before the window: the first frames' backlog
@@ -50,6 +55,9 @@ class Newest:
         self.dropped = [0] * streams
         self.ended = [False] * streams
         self.errors: list[str | None] = [None] * streams
+        self._served = [-1] * streams
+        """`take_one`: the turn each stream was last served at (-1: never)."""
+        self._turns = 0
 
     def put(self, index: int, frame: Any, decoded_at: float) -> None:
         with self._cond:
@@ -62,6 +70,35 @@ class Newest:
         with self._cond:
             self.ended[index], self.errors[index] = True, error
             self._cond.notify()
+
+    def take_one(self, timeout_s: float, busy: set[int]) -> tuple[int, Any, float] | None:
+        """`pool`: the newest frame of the stream served longest ago, among the streams not in
+        `busy` (another model thread has one of theirs: each stream's lines stay in order), waiting
+        up to `timeout_s` for one; the stream joins `busy` until `release`. None when none came (or
+        every stream has ended). Served longest ago, not decoded first: a frame replaced by a newer
+        one looks young again, and a first version that took the oldest frame left some streams at
+        8 fps while others kept 25."""
+        with self._cond:
+            def ready() -> list[int]:
+                return [i for i, f in enumerate(self._frames) if f is not None and i not in busy]
+
+            self._cond.wait_for(lambda: bool(ready()) or all(self.ended), timeout_s)
+            waiting = ready()
+            if not waiting:
+                return None
+            index = min(waiting, key=lambda i: self._served[i])
+            frame, decoded_at = self._frames[index]  # type: ignore[misc]
+            self._frames[index] = None
+            self._served[index] = self._turns
+            self._turns += 1
+            busy.add(index)
+            return index, frame, decoded_at
+
+    def release(self, index: int, busy: set[int]) -> None:
+        """A model thread is done with stream `index`'s frame: another may take its next."""
+        with self._cond:
+            busy.discard(index)
+            self._cond.notify_all()
 
     def take(self, timeout_s: float) -> list[tuple[int, Any, float]]:
         """Each stream's newest frame not taken yet, as (stream, frame, decoded at), waiting up to
@@ -98,53 +135,91 @@ def read(uri: str, newest: Newest, index: int, options: Mapping[str, str]) -> No
     newest.end(index, error)
 
 
-def peer_main(config_path: str, uri: str, out_paths: Sequence[str], staleness_ms: float, ids: Sequence[str]) -> int:
-    """The plain loop of one or more streams of `uri` (a reader thread each, `out_paths` and `ids` in
-    the same order), until SIGTERM (0) or every stream ends (0, or 1 when one failed)."""
-    import numpy as np
+class Lines:
+    """Each stream's JSON lines, frames put out and frames dropped as stale."""
 
-    from bench.limit import _Model, _plain
+    def __init__(self, out_paths: Sequence[str], ids: Sequence[str], staleness_ms: float) -> None:
+        self.ids = ids
+        self.staleness_s = staleness_ms / 1000.0 if staleness_ms else None
+        self.seq = [0] * len(out_paths)
+        self.stale = [0] * len(out_paths)
+        self.outs = [open(path, "w", encoding="utf-8") for path in out_paths]
+
+    def is_stale(self, index: int, decoded_at: float) -> bool:
+        if self.staleness_s is not None and time.time() - decoded_at > self.staleness_s:
+            self.stale[index] += 1
+            return True
+        return False
+
+    def write(self, index: int, time_s: float, decoded_at: float, data: Mapping[str, Any]) -> None:
+        now = time.time()
+        record = {"source": self.ids[index], "seq": self.seq[index], "time": time_s, "at": now,
+                  "latency_ms": {"total": (now - decoded_at) * 1000.0}, **data}  # fmt: skip
+        self.outs[index].write(json.dumps(record, default=_plain) + "\n")
+        if self.seq[index] == 0:
+            self.outs[index].flush()  # the first line tells `run_peer` that this stream is under way
+        self.seq[index] += 1
+
+    def close(self) -> None:
+        for out in self.outs:
+            out.close()
+
+
+class ModelLoop:
+    """The model on one thread (the job's task, its engine on one ONNX Runtime thread, as the work
+    alone runs them) and its input buffer: a frame in, its result's data out."""
+
+    def __init__(self, config: Any) -> None:
+        from bench.limit import _Model
+
+        self.model = _Model(config, 1)
+        self.buffer: Any = None
+
+    def run(self, frame: Any) -> Mapping[str, Any]:
+        import numpy as np
+
+        task, engine = self.model.task, self.model.engine
+        if self.buffer is None:
+            spec = task.input_spec(frame.width, frame.height)
+            self.buffer = np.empty(tuple(int(d) for d in spec.shape if d is not None), spec.dtype)
+        image = frame.to_ndarray(format="bgr24")
+        meta = task.preprocess(image, self.buffer)
+        outputs = engine.infer({task.input_name: self.buffer}, task.output_names)
+        return task.postprocess(outputs, meta, frame.width, frame.height).data
+
+
+def peer_main(
+    config_path: str, uri: str, out_paths: Sequence[str], staleness_ms: float, ids: Sequence[str], model_threads: int = 1
+) -> int:
+    """The plain loop of one or more streams of `uri` (a reader thread each, `out_paths` and `ids` in
+    the same order) on `model_threads` model threads, until SIGTERM (0) or every stream ends (0, or 1
+    when one failed)."""
     from framewire import validate_config
 
     config = validate_config(json.loads(Path(config_path).read_text(encoding="utf-8")), "bench budget peer")
-    model = _Model(config, 1)  # the job's task, its engine on one thread, as the work alone runs them
-    task, engine = model.task, model.engine
+    loops = [ModelLoop(config) for _ in range(model_threads)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     newest = Newest(len(out_paths))
     for index in range(len(out_paths)):
         threading.Thread(target=read, args=(uri, newest, index, {"rtsp_transport": "tcp"}), daemon=True).start()
-    staleness_s = staleness_ms / 1000.0 if staleness_ms else None
-    buffer: Any = None
-    seq = [0] * len(out_paths)
-    stale = [0] * len(out_paths)
-    outs = [open(path, "w", encoding="utf-8") for path in out_paths]
+    lines = Lines(out_paths, ids, staleness_ms)
     try:
-        while not stop.is_set():
-            taken = newest.take(WAIT_S)
-            if not taken and all(newest.ended):
-                break
-            for index, (frame, time_s), decoded_at in taken:
-                if staleness_s is not None and time.time() - decoded_at > staleness_s:
-                    stale[index] += 1
-                    continue
-                if buffer is None:
-                    spec = task.input_spec(frame.width, frame.height)
-                    buffer = np.empty(tuple(int(d) for d in spec.shape if d is not None), spec.dtype)
-                image = frame.to_ndarray(format="bgr24")
-                meta = task.preprocess(image, buffer)
-                outputs = engine.infer({task.input_name: buffer}, task.output_names)
-                result = task.postprocess(outputs, meta, frame.width, frame.height)
-                now = time.time()
-                record = {"source": ids[index], "seq": seq[index], "time": time_s, "at": now,
-                          "latency_ms": {"total": (now - decoded_at) * 1000.0}, **result.data}  # fmt: skip
-                outs[index].write(json.dumps(record, default=_plain) + "\n")
-                if seq[index] == 0:
-                    outs[index].flush()  # the first line tells `run_peer` that this stream is under way
-                seq[index] += 1
+        if model_threads == 1:
+            _in_turn(loops[0], newest, lines, stop)
+        else:
+            busy: set[int] = set()
+            failed: list[BaseException] = []
+            threads = [threading.Thread(target=_pooled, args=(loop, newest, lines, stop, busy, failed)) for loop in loops]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if failed:
+                raise failed[0]
     finally:
-        for out in outs:
-            out.close()
+        lines.close()
+    seq, stale = lines.seq, lines.stale
     for index, path in enumerate(out_paths):
         summary = {"source": ids[index], "frames": seq[index], "stale": stale[index],
                    "dropped": newest.dropped[index], "error": newest.errors[index]}  # fmt: skip
@@ -154,14 +229,53 @@ def peer_main(config_path: str, uri: str, out_paths: Sequence[str], staleness_ms
     os._exit(1 if any(newest.errors) else 0)  # the reader threads may sit in FFmpeg's read: not joined
 
 
+def _in_turn(loop: ModelLoop, newest: Newest, lines: Lines, stop: threading.Event) -> None:
+    """One model thread: the newest frame of every stream, in turn."""
+    while not stop.is_set():
+        taken = newest.take(WAIT_S)
+        if not taken and all(newest.ended):
+            return
+        for index, (frame, time_s), decoded_at in taken:
+            if not lines.is_stale(index, decoded_at):
+                lines.write(index, time_s, decoded_at, loop.run(frame))
+
+
+def _pooled(
+    loop: ModelLoop, newest: Newest, lines: Lines, stop: threading.Event, busy: set[int], failed: list[BaseException]
+) -> None:
+    """One of the `pool` layout's model threads: the stream served longest ago. A failure stops
+    every thread and is raised by the main thread (`failed`)."""
+    try:
+        _take_in_turn(loop, newest, lines, stop, busy)
+    except BaseException as exc:  # noqa: BLE001 - the main thread raises it
+        failed.append(exc)
+        stop.set()
+
+
+def _take_in_turn(loop: ModelLoop, newest: Newest, lines: Lines, stop: threading.Event, busy: set[int]) -> None:
+    while not stop.is_set():
+        taken = newest.take_one(WAIT_S, busy)
+        if taken is None:
+            if all(newest.ended):
+                return
+            continue
+        index, (frame, time_s), decoded_at = taken
+        try:
+            if not lines.is_stale(index, decoded_at):
+                lines.write(index, time_s, decoded_at, loop.run(frame))
+        finally:
+            newest.release(index, busy)
+
+
 def summary_path(out_path: str | Path) -> Path:
     """Where a stream's loop writes its totals when it ends: frames put out, replaced, stale."""
     return Path(f"{out_path}.summary.json")
 
 
-LAYOUTS = ("stream", "core")
-"""How the peer lays its streams out: a process a stream (one script a camera), or a process a core
-with a reader thread a stream, the frames of all of its streams run through the model in turn."""
+LAYOUTS = ("stream", "core", "pool")
+"""How the peer lays its streams out: a process a stream (one script a camera); a process a core
+with a reader thread a stream, the frames of all of its streams run through the model in turn; or
+one process, a reader thread a stream and a model thread a core."""
 
 
 def run_peer(
@@ -177,14 +291,15 @@ def run_peer(
     config_path = folder / "peer-config.json"
     config_path.write_text(json.dumps(config.model_dump(mode="json", exclude_none=True)), encoding="utf-8")
     outs = [folder / f"peer{i}.jsonl" for i in range(streams)]
-    count = streams if layout == "stream" else max(1, min(cores, streams))
+    count = {"stream": streams, "core": max(1, min(cores, streams)), "pool": 1}[layout]
+    model_threads = max(1, min(cores, streams)) if layout == "pool" else 1
     groups = [list(range(k, streams, count)) for k in range(count)]  # stream i in process i % count
     errors = [folder / f"peer-process{k}.err" for k in range(len(groups))]
     started = time.time()
     processes = []
     for group, error in zip(groups, errors):
         args = [sys.executable, "-m", "bench.live_peer", "--config", str(config_path), "--uri", uri,
-                "--staleness-ms", str(staleness_ms)]  # fmt: skip
+                "--staleness-ms", str(staleness_ms), "--model-threads", str(model_threads)]  # fmt: skip
         for i in group:
             args += ["--out", str(outs[i]), "--id", f"peer{i}"]
         with error.open("w", encoding="utf-8") as err:
@@ -276,11 +391,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", action="append", required=True, help="a stream's JSON lines (once a stream)")
     parser.add_argument("--id", action="append", help="a stream's id, in the order of --out")
     parser.add_argument("--staleness-ms", type=float, default=500.0)
+    parser.add_argument("--model-threads", type=int, default=1, help="threads running the model (pool: a core each)")
     args = parser.parse_args(argv)
     ids = args.id or [f"peer{i}" for i in range(len(args.out))]
     if len(ids) != len(args.out):
         parser.error(f"{len(args.out)} --out but {len(ids)} --id: one of each a stream")
-    return peer_main(args.config, args.uri, args.out, args.staleness_ms, ids)
+    if args.model_threads < 1:
+        parser.error(f"--model-threads {args.model_threads}: at least 1")
+    return peer_main(args.config, args.uri, args.out, args.staleness_ms, ids, args.model_threads)
 
 
 if __name__ == "__main__":

@@ -107,7 +107,7 @@ def test_each_mode_takes_its_own_peer_and_refuses_the_other_s() -> None:
     assert budget.peer_layout(budget.PEER_DEFAULT, live=True) == "stream"
     assert budget.peer_layout(budget.PEER_DEFAULT, live=False) == "threads"
     assert budget.peer_layout("core", live=True) == "core" and budget.peer_layout("threads", live=False) == "threads"
-    with pytest.raises(UsageError, match="--peer threads: the file job's plain program; live layouts: stream, core"):
+    with pytest.raises(UsageError, match="--peer threads: the file job's plain program; live layouts: stream, core, pool"):
         budget.peer_layout("threads", live=True)
     with pytest.raises(UsageError, match="--peer core: a layout of the live job .--streams N.; the file job's"):
         budget.peer_layout("core", live=False)

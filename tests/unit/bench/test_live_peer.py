@@ -32,6 +32,28 @@ def test_the_newest_frame_replaces_one_not_taken_and_counts_it() -> None:
     assert newest.take(0.01) == []
 
 
+def test_a_model_thread_of_the_pool_takes_the_stream_served_longest_ago_that_no_other_holds() -> None:
+    newest, busy = live_peer.Newest(3), set()
+    assert newest.take_one(0.01, busy) is None  # nothing yet: it waits, then gives up
+    newest.put(0, "a", 3.0)
+    newest.put(2, "c", 2.0)
+    assert newest.take_one(0.01, busy) == (0, "a", 3.0) and busy == {0}  # none served yet: in order
+    newest.put(1, "b", 4.0)
+    newest.put(0, "d", 5.0)  # stream 0's next, while a thread still has its last one
+    assert newest.take_one(0.01, busy) == (1, "b", 4.0)  # never served; not stream 0: its lines stay in order
+    assert newest.take_one(0.01, busy) == (2, "c", 2.0) and busy == {0, 1, 2}
+    assert newest.take_one(0.01, busy) is None
+    threading.Timer(0.05, newest.release, args=(0, busy)).start()  # the release wakes a waiting thread
+    assert newest.take_one(5.0, busy) == (0, "d", 5.0)
+    for index in (1, 2, 0):
+        newest.release(index, busy)
+    newest.put(0, "e", 6.0)
+    newest.put(2, "f", 6.5)
+    newest.put(2, "g", 7.0)  # replaced: a fresh frame, yet stream 2 was served before stream 0
+    assert newest.take_one(0.01, busy) == (2, "g", 7.0)
+    assert newest.dropped == [0, 0, 1]
+
+
 def test_the_end_of_every_stream_wakes_a_waiting_take() -> None:
     newest = live_peer.Newest(2)
     newest.end(0)
@@ -79,20 +101,22 @@ def _config_json(tiny_job: Path, folder: Path) -> Path:
     return path
 
 
-def _peer(config: Path, uri: str, outs: list[Path], staleness_ms: float = 0.0) -> subprocess.CompletedProcess[str]:
+def _peer(
+    config: Path, uri: str, outs: list[Path], staleness_ms: float = 0.0, model_threads: int = 1
+) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "bench.live_peer", "--config", str(config), "--uri", uri,
-            "--staleness-ms", str(staleness_ms)]  # fmt: skip
+            "--staleness-ms", str(staleness_ms), "--model-threads", str(model_threads)]  # fmt: skip
     for index, out in enumerate(outs):
         args += ["--out", str(out), "--id", f"cam{index}"]
     return subprocess.run(args, cwd=harness.ROOT, capture_output=True, text=True, timeout=45)
 
 
-@pytest.mark.parametrize("streams", [1, 2])
+@pytest.mark.parametrize(("streams", "model_threads"), [(1, 1), (2, 1), (3, 2)])
 def test_the_plain_loop_puts_out_replaces_or_drops_as_stale_every_decoded_frame(
-    tiny_job: Path, tmp_path: Path, streams: int
+    tiny_job: Path, tmp_path: Path, streams: int, model_threads: int
 ) -> None:
     outs = [tmp_path / f"peer{i}.jsonl" for i in range(streams)]
-    done = _peer(_config_json(tiny_job, tmp_path), str(tiny_job.parent / "face.mp4"), outs)
+    done = _peer(_config_json(tiny_job, tmp_path), str(tiny_job.parent / "face.mp4"), outs, model_threads=model_threads)
     assert done.returncode == 0, done.stderr
     for index, out in enumerate(outs):
         records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -115,6 +139,14 @@ def test_a_stream_that_cannot_be_read_ends_the_loop_with_its_error(tiny_job: Pat
     assert said.startswith("bench budget peer cam0: ") and "missing.mp4" in said
 
 
+def test_the_pool_needs_a_model_thread(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.live_peer", "--config", "c.json", "--uri", "u", "--out", "a", "--model-threads", "0"],
+        cwd=harness.ROOT, capture_output=True, text=True, timeout=45,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--model-threads 0: at least 1" in done.stderr
+
+
 def test_each_out_needs_its_id(tiny_job: Path, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.live_peer", "--config", "c.json", "--uri", "u", "--out", "a", "--out", "b",
@@ -132,6 +164,29 @@ def test_run_peer_fails_with_the_message_of_a_stream_that_ended_before_its_first
     assert len(list((tmp_path / "peer").glob("peer-process*.err"))) == 2  # 3 streams over 2 processes
 
 
+def test_the_pool_runs_every_stream_in_one_process(tiny_job: Path, tmp_path: Path) -> None:
+    config = load_config(str(tiny_job))
+    with pytest.raises(RuntimeError, match=r"ended \(1\) before every stream had put out a frame: .*missing\.mp4"):
+        live_peer.run_peer(config, str(tmp_path / "missing.mp4"), 3, 1.0, 500.0, tmp_path / "peer", 25.0, "pool", 2)
+    assert len(list((tmp_path / "peer").glob("peer-process*.err"))) == 1
+
+
+class _Failing:
+    def run(self, frame: Any) -> Any:
+        raise ValueError(f"no model for {frame}")
+
+
+def test_a_model_thread_that_fails_stops_the_others_and_hands_its_error_to_the_main_thread(tmp_path: Path) -> None:
+    newest, busy, failed, stop = live_peer.Newest(1), set(), [], threading.Event()
+    newest.put(0, ("frame0", 0.0), time.time())
+    lines = live_peer.Lines([str(tmp_path / "out.jsonl")], ["cam0"], 0.0)
+    live_peer._pooled(_Failing(), newest, lines, stop, busy, failed)  # type: ignore[arg-type]
+    lines.close()
+    (error,) = failed
+    assert isinstance(error, ValueError) and "no model for frame0" in str(error)
+    assert stop.is_set() and busy == set()  # the stream is let go: nothing waits on it
+
+
 def test_a_layout_the_peer_does_not_know_is_refused(tiny_job: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="layout 'thread' is not one of stream, core"):
+    with pytest.raises(ValueError, match="layout 'thread' is not one of stream, core, pool"):
         live_peer.run_peer(load_config(str(tiny_job)), "u", 1, 1.0, 500.0, tmp_path, 25.0, "thread")
