@@ -21,13 +21,14 @@ The figures of the unprofiled runs are the ones to quote; the profiled run is sl
 
 `--peer [stream|core|pool]` (live): the plainest program a user would write for the job, with its
 own model in each process, a process a stream (one script a camera, the default), a process a core,
-or one process with a model thread a core (bench/live_peer.py), run on the same streams in the same runs, alternating with framewire: its
-frames kept, latency and CPU a frame out beside framewire's.
+or one process with a model thread a core (bench/live_peer.py), run on the same streams in the same
+runs, alternating with framewire: its frames kept, latency and CPU a frame out beside framewire's.
 
 `--peer` (file; the layout `threads`): the plainest careful program for the file job, one process
-with a thread to decode, one to run the model and blur, one to encode (bench/file_peer.py), on the
-same clip in the same runs, alternating with framewire and the work alone: its wall time against
-the limit, from its start and from its first frame out, and its CPU a frame beside framewire's.
+with a thread to decode, a thread a core to run the model and blur, one to encode
+(bench/file_peer.py), on the same clip in the same runs, alternating with framewire and the work
+alone: its wall time against the limit, from its start and from its first frame out, and its CPU a
+frame beside framewire's.
 
 `--perf` (live): one more run whose measured window Linux perf samples on every CPU (bench/oncpu.py):
 each stage's CPU a frame by the library it ran in. Unlike py-spy it counts only time on a CPU; it
@@ -83,8 +84,9 @@ def add_arguments(
     arg("--work-frames", type=int, default=125, help="live: frames the work alone is timed on")
     arg("--repeat", type=int, default=1, help="runs of each side, alternating (default: 1)")
     arg("--peer", nargs="?", const=PEER_DEFAULT, choices=(PEER_DEFAULT, *live_peer.LAYOUTS, FILE_PEER),
-        help="the plain program in each run too; live: a process a stream (the default), a process a core, "
-             "or one process with a model thread a core (pool) (bench/live_peer.py); file: `threads` (bench/file_peer.py)")
+        help="the plain program in each run too; live: a process a stream (the default), a process a "
+             "core, or one process with a model thread a core (pool) (bench/live_peer.py); file: "
+             "`threads` (bench/file_peer.py)")
     arg("--profile", action="store_true", help="one more run, profiled by py-spy, per process")
     arg("--profile-rate", type=int, default=25, help="py-spy samples a second (default: 25)")
     arg("--perf", action="store_true", help="live: one more run, sampled on-CPU by Linux perf, by library")
@@ -129,10 +131,10 @@ def peer_layout(peer: str | None, live: bool) -> str | None:
         return live_peer.LAYOUTS[0] if live else FILE_PEER
     if live and peer == FILE_PEER:
         raise UsageError(f"bench budget --peer {peer}: the file job's plain program; live layouts: "
-                             f"{', '.join(live_peer.LAYOUTS)}")  # fmt: skip
+                         f"{', '.join(live_peer.LAYOUTS)}")  # fmt: skip
     if not live and peer != FILE_PEER:
         raise UsageError(f"bench budget --peer {peer}: a layout of the live job (--streams N); "
-                             f"the file job's plain program is {FILE_PEER}")  # fmt: skip
+                         f"the file job's plain program is {FILE_PEER}")  # fmt: skip
     return peer
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
+from bench.live_peer import ModelLoop
 
 QUEUE = 8
 """Frames each queue holds: enough to keep every thread busy, few enough to bound the memory."""
@@ -87,7 +88,8 @@ def write(path: str, video: Any, stream_info: dict[str, Any], pictures: queue.Qu
 
 
 class ModelThreads:
-    """What each model thread keeps: its own session (ONNX Runtime, one thread) and input buffer."""
+    """What each model thread keeps: its own model (`live_peer.ModelLoop`: a session on one ONNX
+    Runtime thread and an input buffer), and the job's composites, which all of them apply."""
 
     def __init__(self, config: Any) -> None:
         from framewire.components import composites_from_config
@@ -95,38 +97,26 @@ class ModelThreads:
         self.config = config
         self.composites = composites_from_config(config)
         self.local = threading.local()
-        self.models: list[Any] = []
+        self.loops: list[ModelLoop] = []
         self.lock = threading.Lock()
 
     def run(self, frame: Any) -> tuple[Any, Any, dict[str, Any]]:
         """One frame: BGR, the model's input, the model, its output decoded, the faces blurred;
         (the picture, its pts, the result's data)."""
-        import numpy as np
-
-        from bench.limit import _Model
-
-        mine = self.local.__dict__
-        if "model" not in mine:
-            mine["model"] = _Model(self.config, 1)  # the job's task, its engine on one thread
+        loop = getattr(self.local, "loop", None)
+        if loop is None:
+            loop = self.local.loop = ModelLoop(self.config)
             with self.lock:
-                self.models.append(mine["model"])
-        task, engine = mine["model"].task, mine["model"].engine
-        key = (frame.width, frame.height)
-        if mine.get("key") != key:
-            spec = task.input_spec(frame.width, frame.height)
-            mine["key"], mine["buffer"] = key, np.empty(tuple(int(d) for d in spec.shape if d is not None), spec.dtype)
-        image = frame.to_ndarray(format="bgr24")
-        meta = task.preprocess(image, mine["buffer"])
-        outputs = engine.infer({task.input_name: mine["buffer"]}, task.output_names)
-        result = task.postprocess(outputs, meta, frame.width, frame.height)
+                self.loops.append(loop)
+        image, result = loop.run(frame)
         for composite in self.composites:
             if composite.draws(result):
                 composite.apply(image, result)
         return image, frame.pts, result.data
 
     def close(self) -> None:
-        for model in self.models:
-            model.close()
+        for loop in self.loops:
+            loop.close()
 
 
 def peer_main(config_path: str, uri: str, video_path: str, records_path: str, summary_path: str, threads: int) -> int:

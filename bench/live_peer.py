@@ -167,7 +167,8 @@ class Lines:
 
 class ModelLoop:
     """The model on one thread (the job's task, its engine on one ONNX Runtime thread, as the work
-    alone runs them) and its input buffer: a frame in, its result's data out."""
+    alone runs them) and its input buffer: a decoded frame in; its BGR picture and the task's result
+    out. A thread that runs the model has one of its own (the file peer's too)."""
 
     def __init__(self, config: Any) -> None:
         from bench.limit import _Model
@@ -175,7 +176,7 @@ class ModelLoop:
         self.model = _Model(config, 1)
         self.buffer: Any = None
 
-    def run(self, frame: Any) -> Mapping[str, Any]:
+    def run(self, frame: Any) -> tuple[Any, Any]:
         import numpy as np
 
         task, engine = self.model.task, self.model.engine
@@ -185,7 +186,10 @@ class ModelLoop:
         image = frame.to_ndarray(format="bgr24")
         meta = task.preprocess(image, self.buffer)
         outputs = engine.infer({task.input_name: self.buffer}, task.output_names)
-        return task.postprocess(outputs, meta, frame.width, frame.height).data
+        return image, task.postprocess(outputs, meta, frame.width, frame.height)
+
+    def close(self) -> None:
+        self.model.close()
 
 
 def peer_main(
@@ -237,7 +241,7 @@ def _in_turn(loop: ModelLoop, newest: Newest, lines: Lines, stop: threading.Even
             return
         for index, (frame, time_s), decoded_at in taken:
             if not lines.is_stale(index, decoded_at):
-                lines.write(index, time_s, decoded_at, loop.run(frame))
+                lines.write(index, time_s, decoded_at, loop.run(frame)[1].data)
 
 
 def _pooled(
@@ -262,7 +266,7 @@ def _take_in_turn(loop: ModelLoop, newest: Newest, lines: Lines, stop: threading
         index, (frame, time_s), decoded_at = taken
         try:
             if not lines.is_stale(index, decoded_at):
-                lines.write(index, time_s, decoded_at, loop.run(frame))
+                lines.write(index, time_s, decoded_at, loop.run(frame)[1].data)
         finally:
             newest.release(index, busy)
 
