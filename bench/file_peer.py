@@ -56,7 +56,7 @@ def read(uri: str, frames: queue.Queue[Any], errors: list[str]) -> None:
             for frame in container.decode(stream):
                 frames.put(frame)
     except Exception as exc:  # noqa: BLE001 - reported by the main thread, which exits non-zero
-        errors.append(f"reading {uri}: {type(exc).__name__}: {exc}")
+        errors.append(f"reading {uri}: {type(exc).__name__}: {' '.join(str(exc).split())}")
     frames.put(END)
 
 
@@ -66,6 +66,7 @@ def write(path: str, video: Any, stream_info: dict[str, Any], pictures: queue.Qu
     import av
     import cv2
 
+    ended = False
     try:
         with av.open(path, "w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=stream_info["rate"])
@@ -80,11 +81,12 @@ def write(path: str, video: Any, stream_info: dict[str, Any], pictures: queue.Qu
                 frame = av.VideoFrame.from_ndarray(cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420), format="yuv420p")
                 frame.pts, frame.time_base = pts, stream_info["time_base"]
                 container.mux(stream.encode(frame))
+            ended = True
             container.mux(stream.encode(None))
     except Exception as exc:  # noqa: BLE001 - reported by the main thread, which exits non-zero
-        errors.append(f"writing {path}: {type(exc).__name__}: {exc}")
-        while pictures.get() is not END:  # the main thread must not block on a full queue
-            pass
+        errors.append(f"writing {path}: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        if not ended:  # the file may fail at its first write or only when it closes, after END
+            deque(iter(pictures.get, END), maxlen=0)  # drained to END: the main thread must not block on a full queue
 
 
 class ModelThreads:

@@ -5,8 +5,10 @@ time, the faces blurred), its failures in one line, its shares, and which peer e
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import av
@@ -133,3 +135,28 @@ def test_bench_budget_runs_the_plain_program_beside_the_file_job(
     assert share["framewire_vs_peer_wall"] == pytest.approx(share["wall_s"] / one["peer"]["wall_s"], rel=0.02)
     table = capsys.readouterr().out
     assert "plain program, threads: wall / limit" in table and "framewire / plain program, threads (wall)" in table
+
+
+@pytest.mark.parametrize("where", ["at its first picture", "when it closes the file"])
+def test_a_writer_that_fails_never_blocks_the_main_thread(tmp_path: Path, where: str) -> None:
+    from fractions import Fraction
+
+    from framewire.components import VideoFileOutput
+
+    pictures: queue.Queue[object] = queue.Queue(2)
+    errors: list[str] = []
+    info = {"rate": Fraction(25), "time_base": Fraction(1, 25), "width": 16, "height": 16}
+    if where == "at its first picture":  # OpenCV's 4:2:0 conversion needs even sides: it drains the rest
+        target, side = tmp_path / "out.mp4", 15
+    else:  # FFmpeg opens the file on its first write: the error comes after END
+        target, side = tmp_path / "missing" / "out.mp4", 16
+    video = VideoFileOutput(kind="video_file", path=str(target))
+    writer = threading.Thread(target=file_peer.write, args=(str(target), video, info, pictures, errors))
+    writer.start()
+    for pts in range(10):  # more than the queue holds: a put would block on a writer that stopped
+        pictures.put((np.zeros((side, side, 3), np.uint8), pts), timeout=10)
+    pictures.put(file_peer.END, timeout=10)
+    writer.join(10)
+    assert not writer.is_alive()
+    (error,) = errors
+    assert error.startswith(f"writing {target}: ") and "\n" not in error  # one line, whatever the library said
