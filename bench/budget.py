@@ -458,7 +458,7 @@ def live(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 
 def peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[str, float | None]:
-    """The plain program (`live_peer`, either layout) against the work and framewire, CPU a frame put out."""
+    """The live plain program (`live_peer`, any layout) against the work and framewire, CPU a frame put out."""
     peer_ms, work_ms = peer.get("ms_per_frame_out"), share.get("work_ms_per_frame")
     framewire_ms = share.get("framewire_ms_per_frame_out")
     return {
