@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from framewire.engines.base import Engine
+from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.errors import BackendUnavailable
 from framewire.pipeline.frame import StageContext
 
@@ -36,7 +37,7 @@ class BackendWait:
     def call(self, attempt: Callable[[], T]) -> T:
         """`attempt()` until it does not raise BackendUnavailable; raises it only once the
         worker's supervisor is gone (nobody is left to hand the result to)."""
-        wait = FIRST_WAIT_S
+        backoff = Backoff(FIRST_WAIT_S, self.max_wait_s)
         while True:
             try:
                 result = attempt()
@@ -44,8 +45,7 @@ class BackendWait:
                 self._down(str(exc))
                 if self.ctx.gone():
                     raise
-                self.sleep(wait)
-                wait = min(wait * 2, self.max_wait_s)
+                self.sleep(backoff.next())
                 continue
             self._up()
             return result

@@ -26,6 +26,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from framewire.pipeline.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the matrix OpenCV's BGR->I420 uses
@@ -192,7 +194,6 @@ class LiveSender:
         self.name = name
         self.target = target
         self.encoding = encoding
-        self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.prepare = prepare
         self.counts = LiveCounts()
@@ -202,7 +203,7 @@ class LiveSender:
         self._lock = threading.Lock()
         self._connection: _Connection | None = None
         self._retry_at = 0.0
-        self._delay = backoff_s[0]
+        self._backoff = Backoff(*backoff_s)
         self._thread = threading.Thread(target=self._run, name=f"framewire-live-{name}", daemon=True)
         self._thread.start()
 
@@ -270,7 +271,7 @@ class LiveSender:
         try:
             connection.write(image, pts)
             self.counts.sent += 1
-            self._delay = self.backoff_s[0]
+            self._backoff.reset()
         except (OSError, av.FFmpegError, ValueError) as exc:
             self.counts.dropped_down += 1
             self._lost(f"lost: {_reason(exc, connection.target)}")
@@ -304,9 +305,9 @@ class LiveSender:
 
     def _lost(self, why: str) -> None:
         self.counts.failures += 1
-        self._retry_at = time.monotonic() + self._delay
-        log.warning("%s: %s; trying again in %.1f s (failure %d)", self.name, why, self._delay, self.counts.failures)
-        self._delay = min(self._delay * 2, self.backoff_s[1])
+        delay = self._backoff.next()
+        self._retry_at = time.monotonic() + delay
+        log.warning("%s: %s; trying again in %.1f s (failure %d)", self.name, why, delay, self.counts.failures)
 
 
 def _reason(exc: BaseException, target: Target) -> str:

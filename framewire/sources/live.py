@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -28,6 +26,7 @@ import numpy as np
 
 from framewire.media.video_reader import PendingImage, StreamInfo, VideoReader
 from framewire.config import CameraConfig, SourceConfig
+from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import SourceInterrupted
 from framewire.pipeline.uris import redact, scheme
@@ -36,24 +35,8 @@ log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.1
 """How often a source that waits (to reconnect, for a producer) asks whether it should stop."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delays between connection attempts: `initial_s`, doubling up to `max_s`, each shortened by a
-    random fraction of at most `jitter`; after `max_attempts` failures in a row (None: never) the
-    source gives up. The jitter keeps cameras that dropped together (a switch rebooted) from all
-    knocking on the same server at the same instant, again and again."""
-
-    initial_s: float = 0.5
-    max_s: float = 30.0
-    max_attempts: int | None = None
-    jitter: float = 0.0
-
-    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1, 2, ...)."""
-        full = min(self.max_s, self.initial_s * 2 ** min(max(attempt, 1) - 1, 32))
-        return float(full * (1.0 - self.jitter * rand()))
+DEFAULT_FIRST_S, DEFAULT_LONGEST_S = 0.5, 30.0
+"""Reconnect waits of a source built without a config (the config's own defaults are in `reconnect:`)."""
 
 
 def stream_options(
@@ -133,7 +116,7 @@ class LiveSource:
         options: Mapping[str, str],
         format: str | None = None,
         timeout_s: float | None = 5.0,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff | None = None,
     ) -> None:
         self.source_id = source_id
         self.uri = uri
@@ -141,7 +124,7 @@ class LiveSource:
         self.options = dict(options)
         self.format = format
         self.timeout_s = timeout_s
-        self.backoff = backoff
+        self.backoff = backoff if backoff is not None else Backoff(DEFAULT_FIRST_S, DEFAULT_LONGEST_S)
         self._interrupted: Callable[[], bool] = lambda: False
         self._reader: VideoReader | None = None
         self._first: StreamInfo | None = None
@@ -166,7 +149,7 @@ class LiveSource:
     def from_config(cls, config: SourceConfig) -> LiveSource:
         """A camera, a live stream, or a file said to be live (read again from the start each time it ends)."""
         r = config.reconnect
-        backoff = Backoff(r.initial_s, r.max_s, r.max_attempts, r.jitter)
+        backoff = Backoff(r.initial_s, r.max_s, jitter=r.jitter, max_attempts=r.max_attempts)
         if config.kind == "camera":
             options = camera_options(config.camera, config.ffmpeg_options)
             return cls(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s, backoff=backoff)
@@ -265,8 +248,7 @@ class LiveSource:
             except SourceError as err:
                 reader.close()
                 attempt += 1
-                limit = self.backoff.max_attempts
-                if limit is not None and attempt >= limit:
+                if self.backoff.gives_up(attempt):
                     raise SourceError(f"{err} (gave up after {attempt} attempt(s))") from None
                 delay = self.backoff.delay(attempt)
                 log.warning("%s; retrying in %.1f s (attempt %d)", err, delay, attempt)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from framewire.config import SourceConfig
+from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.frame import FrameSource
 from framewire.pipeline.uris import source_kind, zmq_endpoint
 from framewire.sources.audio import (
@@ -21,7 +22,7 @@ from framewire.sources.audio import (
     WithAudio,
     mux_path_of,
 )
-from framewire.sources.live import Backoff, LiveSource, stream_options
+from framewire.sources.live import LiveSource, stream_options
 from framewire.sources.template import TemplateSource
 from framewire.sources.zmq_audio import ZmqAudio
 
@@ -61,12 +62,12 @@ def _producer(config: SourceConfig, inner: Any) -> AudioProducer:
             curve_secret_key=audio.curve_secret_key, curve_clients=audio.curve_clients,
         )
     if audio.kind == "stream":
-        backoff = Backoff(config.reconnect.initial_s, config.reconnect.max_s, config.reconnect.max_attempts)
+        r = config.reconnect
+        backoff = Backoff(r.initial_s, r.max_s, max_attempts=r.max_attempts)
         options = stream_options(audio.uri, timeout_s=config.timeout_s, extra=config.ffmpeg_options)
 
         def retry(attempt: int) -> float | None:
-            limit = backoff.max_attempts
-            return None if limit is not None and attempt >= limit else backoff.delay(attempt)
+            return None if backoff.gives_up(attempt) else backoff.delay(attempt)
 
         return StreamAudio(config.id, audio.uri, rate, options=options, timeout_s=config.timeout_s, retry=retry)
     if audio.kind == "self" and isinstance(inner, LiveSource) and source_kind(config.uri) == "stream":

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.worker.hub_link import WorkerSpec
 from framewire.pipeline.plan import Plan, SourcePlan
@@ -134,8 +135,7 @@ class Lifecycle:
             raise JobFailed(f"{peer.stage} workers keep dying ({len(recent) + 1} times in a minute, last {how})")
         self._deaths[peer.stage] = recent + [now]
         self.restarts[peer.stage] = self.restarts.get(peer.stage, 0) + 1
-        first, longest = self.plan.restart_backoff_s
-        delay = min(longest, first * 2 ** len(recent))
+        delay = Backoff(*self.plan.restart_backoff_s).delay(len(recent) + 1)
         self.roster.remove(peer)
         self._pending.append((now + delay, peer))
         return delay

@@ -137,22 +137,6 @@ class SendQueue:
         return left
 
 
-class Backoff:
-    """Delays that double from `first_s` up to `longest_s`; `reset()` after a success."""
-
-    def __init__(self, first_s: float, longest_s: float) -> None:
-        self.first_s, self.longest_s = first_s, longest_s
-        self.tries = 0
-
-    def next(self) -> float:
-        delay = min(self.longest_s, self.first_s * 2**self.tries)
-        self.tries += 1
-        return delay
-
-    def reset(self) -> None:
-        self.tries = 0
-
-
 class Batcher:
     """Gathers messages into batches of at most `size`, sent once full or `wait_s` after their first."""
 

@@ -16,7 +16,8 @@ import urllib.error
 import urllib.request
 
 from framewire.config.sinks import WebhookOutput
-from framewire.stages.outputs.delivery import Backoff, BrokerSink, Message
+from framewire.pipeline.backoff import Backoff
+from framewire.stages.outputs.delivery import BrokerSink, Message
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import LiveFrameSource, SourceInterrupted
 from framewire.sources import build_source
 from framewire.sources.file import FileSource
-from framewire.sources.live import V4L2_MAJOR, Backoff, LiveSource, camera_options, stream_options, v4l2_problem
+from framewire.pipeline.backoff import Backoff
+from framewire.sources.live import V4L2_MAJOR, LiveSource, camera_options, stream_options, v4l2_problem
 from framewire.sources.zmq import ZmqSource
 from tests.support.rtsp_server import free_port, spawn
 
@@ -62,7 +63,7 @@ def test_build_source_picks_the_reader() -> None:
     rtsp = build(uri="rtsp://h/s", rtsp_transport="udp", timeout_s=2, reconnect={"initial_s": 1, "max_s": 4})
     assert isinstance(rtsp, LiveSource) and isinstance(rtsp, LiveFrameSource)
     assert rtsp.options == {"rtsp_transport": "udp", "timeout": "2000000"}
-    assert rtsp.backoff == Backoff(1.0, 4.0, None, 0.2) and rtsp.timeout_s == 2
+    assert rtsp.backoff == Backoff(1.0, 4.0, jitter=0.2) and rtsp.timeout_s == 2
     hls = build(uri="https://h/index.m3u8")
     assert isinstance(hls, LiveSource) and hls.format is None
     camera = build(uri="/dev/video3", camera={"width": 640, "height": 480})
@@ -105,16 +106,6 @@ def test_a_camera_is_a_video4linux_character_device(tmp_path: Path) -> None:
     except PermissionError:
         pytest.skip("no permission to make a device node here")
     assert v4l2_problem(str(node)) is None
-
-
-def test_backoff_doubles_up_to_its_limit() -> None:
-    backoff = Backoff(0.5, 5.0)
-    assert [backoff.delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
-    assert Backoff(1, 60).delay(10_000) == 60
-    jittered = Backoff(1.0, 8.0, jitter=0.25)
-    assert [jittered.delay(n, rand=lambda: 1.0) for n in (1, 2, 4, 9)] == [0.75, 1.5, 6.0, 6.0]
-    assert [jittered.delay(n, rand=lambda: 0.0) for n in (1, 2, 4)] == [1.0, 2.0, 8.0]
-    assert all(0.75 <= jittered.delay(1) <= 1.0 for _ in range(100))
 
 
 def test_connection_errors_and_logs_hide_the_password(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from framewire.config.sinks import WebhookOutput
 from framewire.pipeline.frame import Frame, StageContext
-from framewire.stages.outputs.delivery import Backoff, Batcher, BrokerSink, Counts, Message, SendQueue
+from framewire.stages.outputs.delivery import Batcher, BrokerSink, Counts, Message, SendQueue
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,13 +39,6 @@ def test_get_waits_for_a_first_message_at_most_its_timeout() -> None:
     assert 0.09 <= time.monotonic() - started < 2
     threading.Timer(0.05, lambda: queue.put(message(1))).start()
     assert [m.payload for m in queue.get(5, 5)] == [b"1"]
-
-
-def test_backoff_doubles_up_to_its_longest_and_starts_again_after_reset() -> None:
-    backoff = Backoff(0.5, 3.0)
-    assert [backoff.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
-    backoff.reset()
-    assert backoff.next() == 0.5
 
 
 def test_a_batch_is_due_when_full_or_when_its_first_message_waited_long_enough() -> None:
