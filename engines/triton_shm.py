@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.wire.shm import SHM_DIR, sweep_orphans
 
 log = logging.getLogger(__name__)
 
-SHM_DIR = "/dev/shm"
 KEY_PREFIX = "fw-triton-"
 """System shared-memory keys are `/fw-triton-<pid>-<n>`: a worker sweeps those of dead pids."""
 _counter = itertools.count()
@@ -220,20 +220,4 @@ def open_regions(kind: str, tag: str, device: int = 0) -> Regions:
 
 def sweep_regions(shm_dir: str = SHM_DIR) -> list[str]:
     """Remove the system regions of workers that died without closing theirs (SIGKILL, OOM)."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(shm_dir)
-    except OSError:
-        return removed
-    for name in names:
-        if not name.startswith(KEY_PREFIX):
-            continue
-        pid = name[len(KEY_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
-            continue
-        try:
-            os.unlink(os.path.join(shm_dir, name))
-            removed.append(name)
-        except OSError:
-            pass
-    return removed
+    return sweep_orphans(shm_dir, prefix=KEY_PREFIX)

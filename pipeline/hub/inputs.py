@@ -24,7 +24,8 @@ import numpy as np
 
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
-from framewire.pipeline.wire.framepool import FramePool, PoolLayout, pool_name
+from framewire.pipeline.wire.framepool import FramePool, PoolLayout
+from framewire.pipeline.wire.shm import segment_name
 from framewire.pipeline.plan import Plan, Policy, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
 from framewire.pipeline.hub.peers import DecodeWorker
@@ -198,13 +199,15 @@ class Inputs:
             worker.send({"type": msg.STOP})
         regions = self.plan.slot_layout(record.source_id, info)
         self._pools_made += 1
-        layout = PoolLayout.plan(pool_name(os.getpid(), self._pools_made, record.source_id), self.plan.slots_per_source, regions)
+        name = segment_name(os.getpid(), self._pools_made, record.source_id)
+        layout = PoolLayout.plan(name, self.plan.slots_per_source, regions)
         record.pool = FramePool.create(layout)
         wire = layout.to_wire()
         audio = info.get("audio")
         if isinstance(audio, dict):  # the frames' pool names the ring too: every stage finds it there
-            ring = AudioRingLayout(pool_name(os.getpid(), self._pools_made, f"audio-{record.source_id}"),
-                                   int(audio["rate"]), max(1, int(float(audio["capacity_s"]) * int(audio["rate"]))))
+            rate = int(audio["rate"])
+            ring_name = segment_name(os.getpid(), self._pools_made, f"audio-{record.source_id}")
+            ring = AudioRingLayout(ring_name, rate, max(1, int(float(audio["capacity_s"]) * rate)))
             record.ring = AudioRing.create(ring)
             wire["audio"] = ring.to_wire()
         log.info(

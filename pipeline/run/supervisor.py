@@ -28,7 +28,7 @@ from framewire.pipeline.ops.fleet import Fleet
 from framewire.pipeline.ops.service import Health, Operations
 from framewire.pipeline.ops.telemetry import Telemetry
 from framewire.pipeline.plan import Plan, Report
-from framewire.pipeline.wire.framepool import sweep_orphans
+from framewire.pipeline.wire.shm import sweep_orphans
 from framewire.pipeline.worker.forkserver import starter
 
 log = logging.getLogger(__name__)

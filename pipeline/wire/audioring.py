@@ -18,15 +18,13 @@ Model-free and numpy only: decoding and resampling are media.audio's job.
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from framewire.pipeline.wire.framepool import ALIGN, SHM_DIR
+from framewire.pipeline.wire.shm import ALIGN, Segment, align
 
 _HEAD, _ENDED, _ORIGIN_SET, _ORIGIN = 0, 1, 2, 3
 """Slots of the header (8 bytes each): samples written so far, the end flag, whether the origin is
@@ -47,7 +45,7 @@ class AudioRingLayout:
 
     @property
     def total_bytes(self) -> int:
-        return _HEADER_BYTES + _align(self.capacity * 4) + _align(self.capacity)
+        return _HEADER_BYTES + align(self.capacity * 4) + align(self.capacity)
 
     def to_wire(self) -> dict[str, Any]:
         return {"name": self.name, "rate": self.rate, "capacity": self.capacity}
@@ -55,10 +53,6 @@ class AudioRingLayout:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> AudioRingLayout:
         return cls(str(data["name"]), int(data["rate"]), int(data["capacity"]))
-
-
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 @dataclass(frozen=True)
@@ -80,46 +74,27 @@ class Window:
 class AudioRing:
     """A mapped ring; `create` makes it (the hub), `attach` maps an existing one (decode worker, stages)."""
 
-    def __init__(self, layout: AudioRingLayout, mapping: mmap.mmap, owner: bool) -> None:
+    def __init__(self, layout: AudioRingLayout, segment: Segment) -> None:
         self.layout = layout
         self.rate = layout.rate
         self.capacity = layout.capacity
-        self._mmap = mapping
-        self._owner = owner
-        buffer = np.frombuffer(mapping, dtype=np.uint8)
+        self._segment = segment
+        buffer = segment.buffer
         self._header = buffer[:_HEADER_BYTES].view(np.int64)
         self._origin = buffer[:_HEADER_BYTES].view(np.float64)
         start = _HEADER_BYTES
         self._data = buffer[start : start + layout.capacity * 4].view(np.float32)
-        start += _align(layout.capacity * 4)
+        start += align(layout.capacity * 4)
         self._valid = buffer[start : start + layout.capacity]
-
-    @staticmethod
-    def path_of(name: str) -> str:
-        return os.path.join(SHM_DIR, name)
 
     @classmethod
     def create(cls, layout: AudioRingLayout) -> AudioRing:
-        path = cls.path_of(layout.name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, layout.total_bytes)  # zero-filled: head 0, no origin, not ended
-            mapping = mmap.mmap(fd, layout.total_bytes)
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
-        return cls(layout, mapping, owner=True)
+        # zero-filled: head 0, no origin, not ended
+        return cls(layout, Segment.create(layout.name, layout.total_bytes))
 
     @classmethod
     def attach(cls, layout: AudioRingLayout) -> AudioRing:
-        fd = os.open(cls.path_of(layout.name), os.O_RDWR)
-        try:
-            mapping = mmap.mmap(fd, layout.total_bytes)
-        finally:
-            os.close(fd)
-        return cls(layout, mapping, owner=False)
+        return cls(layout, Segment.attach(layout.name, layout.total_bytes))
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -239,15 +214,7 @@ class AudioRing:
         """Unmap; the owner also removes the file."""
         self._header, self._origin = np.zeros(8, np.int64), np.zeros(8, np.float64)
         self._data, self._valid = np.empty(0, np.float32), np.empty(0, np.uint8)
-        try:
-            self._mmap.close()
-        except BufferError:
-            pass  # a view is still alive somewhere; the mapping goes with the process
-        if self._owner:
-            try:
-                os.unlink(self.path_of(self.layout.name))
-            except FileNotFoundError:
-                pass
+        self._segment.close()
 
 
 class RingCache:

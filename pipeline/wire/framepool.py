@@ -3,25 +3,20 @@
 A decoded 1080p frame is 6.2 MB; sending it over a socket at every hop costs milliseconds, while a
 slot index costs nothing. Each slot holds named regions (the decoded image, the model input, the
 composited image) whose shapes the caller gives at creation. Only the supervisor creates and unlinks
-a pool and decides which stage owns a slot at any moment, so the slots need no locks.
-
-The memory is a file under /dev/shm mapped with mmap, not `multiprocessing.shared_memory`, whose
-resource tracker unlinks segments when an attaching process exits.
+a pool and decides which stage owns a slot at any moment, so the slots need no locks. The memory is
+a shared-memory segment (pipeline.wire.shm), swept like any other when its owner was killed.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-SHM_DIR = "/dev/shm"
-ALIGN = 4096
+from framewire.pipeline.wire.shm import ALIGN, Segment, align
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ class PoolLayout:
         for region_name, (shape, dtype) in regions.items():
             region = Region(region_name, tuple(int(d) for d in shape), np.dtype(dtype).name, offset)
             placed.append(region)
-            offset += _align(region.nbytes)
+            offset += align(region.nbytes)
         return cls(name, slots, tuple(placed), max(offset, ALIGN))
 
     @property
@@ -75,46 +70,22 @@ class PoolLayout:
         return cls(str(data["name"]), int(data["slots"]), regions, int(data["slot_bytes"]))
 
 
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
 class FramePool:
     """A mapped pool; `create` makes it (supervisor), `attach` maps an existing one (workers)."""
 
-    def __init__(self, layout: PoolLayout, mapping: mmap.mmap, owner: bool) -> None:
+    def __init__(self, layout: PoolLayout, segment: Segment) -> None:
         self.layout = layout
-        self._mmap = mapping
-        self._owner = owner
+        self._segment = segment
         self._regions = {r.name: r for r in layout.regions}
-        self._buffer = np.frombuffer(mapping, dtype=np.uint8)
-
-    @staticmethod
-    def path_of(name: str) -> str:
-        return os.path.join(SHM_DIR, name)
+        self._buffer = segment.buffer
 
     @classmethod
     def create(cls, layout: PoolLayout) -> FramePool:
-        path = cls.path_of(layout.name)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, layout.total_bytes)
-            mapping = mmap.mmap(fd, layout.total_bytes)
-        except BaseException:
-            os.unlink(path)
-            raise
-        finally:
-            os.close(fd)
-        return cls(layout, mapping, owner=True)
+        return cls(layout, Segment.create(layout.name, layout.total_bytes))
 
     @classmethod
     def attach(cls, layout: PoolLayout) -> FramePool:
-        fd = os.open(cls.path_of(layout.name), os.O_RDWR)
-        try:
-            mapping = mmap.mmap(fd, layout.total_bytes)
-        finally:
-            os.close(fd)
-        return cls(layout, mapping, owner=False)
+        return cls(layout, Segment.attach(layout.name, layout.total_bytes))
 
     @property
     def memory(self) -> np.ndarray:
@@ -136,56 +107,7 @@ class FramePool:
     def close(self) -> None:
         """Unmap; the owner also removes the file. Views taken earlier must not be used after."""
         self._buffer = np.empty(0, dtype=np.uint8)
-        try:
-            self._mmap.close()
-        except BufferError:
-            pass  # a view is still alive somewhere; the mapping goes with the process
-        if self._owner:
-            try:
-                os.unlink(self.path_of(self.layout.name))
-            except FileNotFoundError:
-                pass
-
-
-POOL_PREFIX = "framewire-"
-
-
-def pool_name(owner_pid: int, index: int, source_id: str) -> str:
-    """A pool's file name carries its owner's pid, so a later run can tell an orphan."""
-    return f"{POOL_PREFIX}{owner_pid}-{index}-{source_id}"[:200]
-
-
-def sweep_orphans(shm_dir: str = SHM_DIR, owner_pid: int | None = None) -> list[str]:
-    """Remove the pools (and audio rings, named alike) whose owning supervisor is gone, killed
-    without cleanup: every such one, or only `owner_pid`'s. Returns their names. Safe to run from
-    several processes at once: a segment another one removed first is skipped."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(shm_dir)
-    except OSError:
-        return removed
-    prefix = POOL_PREFIX if owner_pid is None else f"{POOL_PREFIX}{owner_pid}-"
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        pid_text = name[len(POOL_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
-            continue
-        try:
-            os.unlink(os.path.join(shm_dir, name))
-            removed.append(name)
-        except OSError:
-            pass
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
+        self._segment.close()
 
 
 class PoolCache:

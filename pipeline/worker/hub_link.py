@@ -21,7 +21,7 @@ from framewire.pipeline import logs
 from framewire.pipeline.worker import heap
 from framewire.pipeline.plan import SourceOptions
 from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.wire.framepool import sweep_orphans
+from framewire.pipeline.wire.shm import sweep_orphans
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout, RingCache, ring_of
+from framewire.pipeline.wire.shm import Segment
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -74,7 +75,7 @@ def test_another_process_maps_it_by_name_and_the_owner_unlinks(ring: AudioRing) 
     assert reader.head == 7 and reader.origin_s == 1.0 and reader.window(1.0, 7).samples.tolist() == [0.5] * 7
     assert ring_of({"name": "pool", "audio": wire}) == wire and ring_of({"name": "pool"}) is None and ring_of(None) is None
     cache.close()
-    path = AudioRing.path_of(ring.layout.name)
+    path = Segment.path_of(ring.layout.name)
     assert os.path.exists(path)
     ring.close()
     assert not os.path.exists(path)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
+from framewire.pipeline.wire.shm import Segment, segment_name
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -42,27 +43,10 @@ def test_attached_pool_shares_memory_and_owner_unlinks() -> None:
         with pytest.raises(IndexError):
             other.view(3, "image")
         cache.close()
-        assert os.path.exists(FramePool.path_of(lay.name))
+        assert os.path.exists(Segment.path_of(lay.name))
     finally:
         owner.close()
-    assert not os.path.exists(FramePool.path_of(lay.name))
-
-
-def test_sweep_removes_only_pools_of_dead_owners(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    from framewire.pipeline.wire.framepool import pool_name, sweep_orphans
-
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(dead.stdout)
-    orphan = tmp_path / pool_name(dead_pid, 1, "cam")
-    mine = tmp_path / pool_name(os.getpid(), 1, "cam")
-    other = tmp_path / "not-ours"
-    for path in (orphan, mine, other):
-        path.write_bytes(b"x")
-    assert sweep_orphans(str(tmp_path)) == [orphan.name]
-    assert not orphan.exists() and mine.exists() and other.exists()
+    assert not os.path.exists(Segment.path_of(lay.name))
 
 
 def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_rings_once() -> None:
@@ -72,7 +56,6 @@ def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_ri
     import sys
 
     from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
-    from framewire.pipeline.wire.framepool import pool_name
     from framewire.pipeline.worker.hub_link import SupervisorWatch
 
     def dead_pid() -> int:
@@ -81,15 +64,15 @@ def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_ri
 
     gone, other = dead_pid(), dead_pid()
     tag = uuid.uuid4().hex[:8]
-    pool = FramePool.create(PoolLayout.plan(pool_name(gone, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
-    ring = AudioRing.create(AudioRingLayout(pool_name(gone, 1, f"audio-{tag}"), 16000, 1600))
-    elsewhere = FramePool.create(PoolLayout.plan(pool_name(other, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
-    paths = [FramePool.path_of(pool.layout.name), FramePool.path_of(ring.layout.name)]
+    pool = FramePool.create(PoolLayout.plan(segment_name(gone, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
+    ring = AudioRing.create(AudioRingLayout(segment_name(gone, 1, f"audio-{tag}"), 16000, 1600))
+    elsewhere = FramePool.create(PoolLayout.plan(segment_name(other, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
+    paths = [Segment.path_of(pool.layout.name), Segment.path_of(ring.layout.name)]
     try:
         watch, second = SupervisorWatch(gone), SupervisorWatch(gone)
         assert watch.gone() and second.gone()  # both notice; the second finds nothing left: no error
         assert not any(os.path.exists(p) for p in paths)
-        assert os.path.exists(FramePool.path_of(elsewhere.layout.name))
+        assert os.path.exists(Segment.path_of(elsewhere.layout.name))
         assert watch.gone() and not watch.sweep  # swept once
         alive = SupervisorWatch(os.getpid())
         assert not alive.gone() and alive.sweep
