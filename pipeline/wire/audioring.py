@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from framewire.pipeline.wire.shm import ALIGN, Segment, align
+from framewire.pipeline.wire.shm import ALIGN, OverSegment, Segment, align
 
 _HEAD, _ENDED, _ORIGIN_SET, _ORIGIN = 0, 1, 2, 3
 """Slots of the header (8 bytes each): samples written so far, the end flag, whether the origin is
@@ -71,14 +71,14 @@ class Window:
         return self.missing == 0
 
 
-class AudioRing:
-    """A mapped ring; `create` makes it (the hub), `attach` maps an existing one (decode worker, stages)."""
+class AudioRing(OverSegment[AudioRingLayout]):
+    """A mapped ring; `create` makes it (the hub), `attach` maps an existing one (decode worker,
+    stages). A new ring's segment is zero-filled: head 0, no origin, not ended."""
 
     def __init__(self, layout: AudioRingLayout, segment: Segment) -> None:
-        self.layout = layout
+        super().__init__(layout, segment)
         self.rate = layout.rate
         self.capacity = layout.capacity
-        self._segment = segment
         buffer = segment.buffer
         self._header = buffer[:_HEADER_BYTES].view(np.int64)
         self._origin = buffer[:_HEADER_BYTES].view(np.float64)
@@ -86,15 +86,6 @@ class AudioRing:
         self._data = buffer[start : start + layout.capacity * 4].view(np.float32)
         start += align(layout.capacity * 4)
         self._valid = buffer[start : start + layout.capacity]
-
-    @classmethod
-    def create(cls, layout: AudioRingLayout) -> AudioRing:
-        # zero-filled: head 0, no origin, not ended
-        return cls(layout, Segment.create(layout.name, layout.total_bytes))
-
-    @classmethod
-    def attach(cls, layout: AudioRingLayout) -> AudioRing:
-        return cls(layout, Segment.attach(layout.name, layout.total_bytes))
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -214,7 +205,7 @@ class AudioRing:
         """Unmap; the owner also removes the file."""
         self._header, self._origin = np.zeros(8, np.int64), np.zeros(8, np.float64)
         self._data, self._valid = np.empty(0, np.float32), np.empty(0, np.uint8)
-        self._segment.close()
+        self.segment.close()
 
 
 class RingCache:

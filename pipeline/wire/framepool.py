@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from framewire.pipeline.wire.shm import ALIGN, Segment, align
+from framewire.pipeline.wire.shm import ALIGN, OverSegment, Segment, align
 
 
 @dataclass(frozen=True)
@@ -70,22 +70,13 @@ class PoolLayout:
         return cls(str(data["name"]), int(data["slots"]), regions, int(data["slot_bytes"]))
 
 
-class FramePool:
+class FramePool(OverSegment[PoolLayout]):
     """A mapped pool; `create` makes it (supervisor), `attach` maps an existing one (workers)."""
 
     def __init__(self, layout: PoolLayout, segment: Segment) -> None:
-        self.layout = layout
-        self._segment = segment
+        super().__init__(layout, segment)
         self._regions = {r.name: r for r in layout.regions}
         self._buffer = segment.buffer
-
-    @classmethod
-    def create(cls, layout: PoolLayout) -> FramePool:
-        return cls(layout, Segment.create(layout.name, layout.total_bytes))
-
-    @classmethod
-    def attach(cls, layout: PoolLayout) -> FramePool:
-        return cls(layout, Segment.attach(layout.name, layout.total_bytes))
 
     @property
     def memory(self) -> np.ndarray:
@@ -107,7 +98,7 @@ class FramePool:
     def close(self) -> None:
         """Unmap; the owner also removes the file. Views taken earlier must not be used after."""
         self._buffer = np.empty(0, dtype=np.uint8)
-        self._segment.close()
+        self.segment.close()
 
 
 class PoolCache:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -81,6 +82,36 @@ class Segment:
                 os.unlink(self.path_of(self.name))
             except FileNotFoundError:
                 pass
+
+
+class SegmentLayout(Protocol):
+    """What a structure laid over a segment tells about it: the segment's name and size."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def total_bytes(self) -> int: ...
+
+
+LayoutT = TypeVar("LayoutT", bound=SegmentLayout)
+
+
+class OverSegment(Generic[LayoutT]):
+    """A structure laid over one segment, sized by its layout (the frame pool, the audio ring):
+    `create` makes the segment (the owner), `attach` maps it (any other process)."""
+
+    def __init__(self, layout: LayoutT, segment: Segment) -> None:
+        self.layout = layout
+        self.segment = segment
+
+    @classmethod
+    def create(cls, layout: LayoutT) -> Self:
+        return cls(layout, Segment.create(layout.name, layout.total_bytes))
+
+    @classmethod
+    def attach(cls, layout: LayoutT) -> Self:
+        return cls(layout, Segment.attach(layout.name, layout.total_bytes))
 
 
 def sweep_orphans(shm_dir: str = SHM_DIR, owner_pid: int | None = None, prefix: str = PREFIX) -> list[str]:
