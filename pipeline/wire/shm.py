@@ -69,6 +69,11 @@ class Segment:
             os.close(fd)
         return cls(name, mapping, owner=False)
 
+    @property
+    def closed(self) -> bool:
+        """Unmapped: `close` ran and no view held the mapping open."""
+        return self._mmap.closed
+
     def close(self) -> None:
         """Unmap; the owner also removes the file (one already removed, by a sweep, is fine). Views
         taken earlier must not be used after."""

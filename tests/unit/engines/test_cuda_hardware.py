@@ -171,7 +171,7 @@ def test_a_frame_pool_attached_by_a_worker_is_pinned_and_copied_from_directly(st
     finally:
         worker_side.close()
         decode_side.close()
-    assert worker_side._mmap.closed  # type: ignore[attr-defined]  # no registration kept the mapping
+    assert worker_side.segment.closed  # no registration kept the mapping
 
 
 def test_a_graph_of_the_copies_replays_them_with_new_data(stream: cuda.Stream) -> None:

@@ -237,7 +237,7 @@ def test_a_frame_pool_is_pinned_when_added_and_copied_from_directly(
     pool.close()
     # Unregistered first, the engine holds no view: the mapping really closes (before, a
     # registration kept the array alive and close() swallowed a BufferError).
-    assert pool._mmap.closed  # type: ignore[attr-defined]
+    assert pool.segment.closed
     engine.close()
 
 
@@ -257,7 +257,7 @@ def test_every_pool_is_pinned_not_only_the_first_eight(dynamic_engine: Path, fak
         assert fake_cuda.pinned == {}
         for pool in pools:
             pool.close()
-            assert pool._mmap.closed  # type: ignore[attr-defined]
+            assert pool.segment.closed
 
 
 def test_a_pool_that_cannot_be_pinned_is_one_warning_and_staging_copies(

@@ -75,7 +75,7 @@ def test_an_engine_without_pinning_ignores_pools(pool: FramePool) -> None:
     stage.pool_removed(pool)
     stage.stop()
     pool.close()
-    assert pool._mmap.closed  # type: ignore[attr-defined]
+    assert pool.segment.closed
 
 
 def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
@@ -102,7 +102,7 @@ def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
     stage.pool_removed(pool)
     assert fake_cuda.pinned == {}
     pool.close()
-    assert pool._mmap.closed  # type: ignore[attr-defined]
+    assert pool.segment.closed
     stage.stop()
 
 
