@@ -23,17 +23,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from framewire.engines import cuda
 from framewire.engines.base import ProfileShape
-from framewire.engines.trt_calibration import (
-    Batches,
-    BatchFeeder,
-    calibration_cache_file,
-    make_calibrator,
-    write_atomically,
-)
+from framewire.engines.trt_calibration import Batches, write_atomically
+from framewire.engines.trt_precision import int8_calibrator, model_info, strongly_typed_model
 from framewire.pipeline.errors import ConfigError, EngineError
 from framewire.pipeline.wire.tensors import TensorSpec
 
@@ -41,7 +34,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = "~/.cache/framewire/engines"
 PRECISIONS = ("fp32", "fp16", "int8")
-
 
 
 def import_tensorrt() -> ModuleType:
@@ -257,8 +249,9 @@ def build_serialized(
 
     TensorRT 10 sets the precision on the builder (FP16 / INT8 flags, an entropy calibrator for a
     model without Q/DQ nodes). TensorRT 11 builds strongly typed networks only, so the precision is
-    in the model itself: fp16 converts it (`framewire.engines.fp16`), int8 needs Q/DQ nodes, made here from the
-    calibration frames with the TensorRT recipe of `framewire.engines.quantize` when the model has none.
+    in the model itself: fp16 converts it (`framewire.engines.fp16`), int8 needs Q/DQ nodes, made
+    from the calibration frames with the TensorRT recipe of `framewire.engines.quantize` when the
+    model has none (`framewire.engines.trt_precision`).
     """
     major = trt_major(trt)
     info = model_info(data)
@@ -268,7 +261,7 @@ def build_serialized(
             "for the CPU?); TensorRT takes symmetric int8 only: make it with quantize --recipe tensorrt"
         )
     if major >= 11:
-        data = _strongly_typed_model(request, data, info, directory)
+        data = strongly_typed_model(request, data, info, directory)
     trt_logger = make_logger(trt)
     trt_logger.clear()
     builder = construct(trt.Builder, trt_logger, what="a builder")
@@ -289,7 +282,8 @@ def build_serialized(
     if major < 11 and request.precision == "int8":
         config.set_flag(trt.BuilderFlag.INT8)
         if not info.qdq:
-            calibrator = _calibrator(trt, builder, config, request, data, info, directory, [s.name for s in profile])
+            names = [s.name for s in profile]
+            calibrator = int8_calibrator(trt, builder, config, request, data, info, directory, names)
     try:
         serialized = builder.build_serialized_network(network, config)
     finally:
@@ -310,8 +304,8 @@ def _parsed_network(
     """The network of the ONNX bytes and its parser; an error names the model and TensorRT's first
     complaint."""
     flags = 0
-    if major < 10:
-        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)  # TensorRT 8: a flag; 10: the only mode
+    if major < 10:  # TensorRT 8: a flag; 10: the only mode
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
     elif major >= 11:
         flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)  # the only mode; said explicitly
     network = builder.create_network(flags)
@@ -336,9 +330,7 @@ def construct(factory: Any, trt_logger: Any, *, what: str) -> Any:
         return factory(trt_logger)
     except TypeError as exc:
         detail = trt_logger.last_error or _first_line(exc)
-        raise EngineError(
-            f"TensorRT cannot create {what} (CUDA driver or GPU unusable?): {detail}"
-        ) from None
+        raise EngineError(f"TensorRT cannot create {what} (CUDA driver or GPU unusable?): {detail}") from None
 
 
 def _use_timing_cache(config: Any, path: Path) -> None:
@@ -367,131 +359,6 @@ def _save_timing_cache(config: Any, path: Path) -> None:
         write_atomically(path, bytes(memoryview(cache.serialize())))
     except (OSError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
         log.warning("timing cache %s not written: %s", path, _first_line(exc))
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the builder needs to know of the parsed model."""
-
-    qdq: bool
-    """Explicit Q/DQ nodes: TensorRT needs no calibrator."""
-    symmetric: bool
-    """Every Q/DQ zero point is zero (int8 symmetric), as TensorRT requires."""
-    batch: Mapping[str, int | None]
-    """Each input's batch dim when it is fixed in the model, else None."""
-
-
-def model_info(data: bytes) -> ModelInfo:
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load_from_string(data)
-    graph = model.graph
-    initializers = {init.name: init for init in graph.initializer}
-    qdq = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
-    symmetric = True
-    for node in qdq:
-        zero_point = initializers.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if zero_point is not None:
-            values = numpy_helper.to_array(zero_point)
-            if values.dtype != np.int8 or np.any(values != 0):
-                symmetric = False
-    batch: dict[str, int | None] = {}
-    for value in graph.input:
-        if value.name in initializers:
-            continue
-        dims = value.type.tensor_type.shape.dim
-        batch[value.name] = int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") else None
-    return ModelInfo(bool(qdq), symmetric, batch)
-
-
-def _strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, directory: Path) -> bytes:
-    """The model TensorRT 11 builds for `request.precision`: precision lives in the model."""
-    if request.precision == "fp16":
-        from framewire.engines.fp16 import convert_to_fp16
-
-        return convert_to_fp16(data)
-    if request.precision != "int8" or info.qdq:
-        return data
-    if request.calibration is None:
-        raise ConfigError(
-            "engine.calibration.video: precision int8 with TensorRT 11 needs a model with Q/DQ nodes "
-            "(quantize --recipe tensorrt) or calibration frames to make one (set engine.calibration.video)"
-        )
-    cached = calibration_cache_file(directory, data, request.calibration_id).with_suffix(".onnx")
-    if cached.is_file():
-        log.info("calibration: using the Q/DQ model %s", cached)
-        return cached.read_bytes()
-    return _quantize_for_tensorrt(request, data, info, cached)
-
-
-def _quantize_for_tensorrt(request: BuildRequest, data: bytes, info: ModelInfo, target: Path) -> bytes:
-    """Q/DQ int8 (symmetric, per-channel weights) calibrated on the CPU with ONNX Runtime on the
-    request's calibration frames, one frame per feed, cached in `target`."""
-    import tempfile
-
-    from framewire.engines.quantize import QuantizeOptions, quantize_model
-
-    assert request.calibration is not None
-    names = list(info.batch)
-
-    def feeds() -> Iterator[dict[str, np.ndarray]]:
-        feeder = BatchFeeder(request.calibration(), 1, names, limit=request.calibration_frames)  # type: ignore[misc]
-        while (batch := feeder.next_batch()) is not None:
-            yield batch
-
-    log.warning("calibration: making a Q/DQ int8 model for TensorRT 11 on the CPU (once)")
-    with tempfile.TemporaryDirectory(prefix="framewire-trt-int8-") as tmp:
-        source = Path(tmp) / "model.onnx"
-        source.write_bytes(data)
-        quantize_model(source, target, feeds(), options=QuantizeOptions(recipe="tensorrt"))
-    return target.read_bytes()
-
-
-def _calibrator(
-    trt: ModuleType,
-    builder: Any,
-    config: Any,
-    request: BuildRequest,
-    data: bytes,
-    info: ModelInfo,
-    directory: Path,
-    input_names: Sequence[str],
-) -> Any:
-    if request.calibration is None:
-        raise ConfigError(
-            "engine.calibration.video: precision int8 needs calibration frames (set "
-            "engine.calibration.video), or a model with Q/DQ nodes"
-        )
-    # The calibration batches must fit the network: an input whose batch is fixed in the model
-    # (often 1) takes batches of exactly that size, whatever engine.calibration.batch says.
-    fixed = [size for name in input_names if (size := info.batch.get(name)) is not None]
-    batch_size = request.calibration_batch
-    if fixed:
-        batch_size = min(fixed)
-        if batch_size != request.calibration_batch:
-            log.info(
-                "calibration: the model's batch is fixed at %d; calibrating in batches of %d, not %d",
-                batch_size,
-                batch_size,
-                request.calibration_batch,
-            )
-    feeder = BatchFeeder(request.calibration(), batch_size, input_names, limit=request.calibration_frames)
-    cache_path = calibration_cache_file(directory, data, request.calibration_id)
-    first = feeder.peek()
-    if first is None:
-        raise ConfigError(
-            f"engine.calibration: fewer than {batch_size} frames to calibrate with "
-            f"(engine.calibration.batch)"
-        )
-    # With dynamic shapes TensorRT calibrates in a profile of its own: the calibration batch's shape.
-    calibration_profile = builder.create_optimization_profile()
-    for name, array in first.items():
-        calibration_profile.set_shape(name, array.shape, array.shape, array.shape)
-    config.set_calibration_profile(calibration_profile)
-    calibrator = make_calibrator(trt, feeder, cache_path)
-    config.int8_calibrator = calibrator
-    return calibrator
 
 
 _LOGGER: Any = None

@@ -14,7 +14,7 @@ from onnx import TensorProto, numpy_helper
 from framewire.engines.fp16 import METADATA_KEY, convert_model_file, convert_to_fp16
 from framewire.engines.onnxruntime import OnnxRuntimeEngine
 from framewire.engines.quantize import QuantizeOptions, quantization_info, quantize_model
-from framewire.engines.trt_build import model_info
+from framewire.engines.trt_precision import model_info
 from framewire.pipeline.errors import ConfigError, EngineError
 
 pytestmark = pytest.mark.timeout(60)
