@@ -1,9 +1,9 @@
 """INT8 calibration data for TensorRT 10's entropy calibrator: frames re-chunked into the batches the
 calibrator takes, handed to TensorRT in device memory, and the calibration table's cache file.
 
-`framewire.engines.trt_precision` decides the batch size (the model's own when it is fixed) and attaches the
-calibrator to the builder; TensorRT 11 has no calibrator and takes a Q/DQ model instead
-(`framewire.engines.quantize`).
+`framewire.engines.trt_precision` decides the batch size (the model's own when it is fixed) and
+attaches the calibrator to the builder; TensorRT 11 has no calibrator and takes a Q/DQ model
+instead (`framewire.engines.quantize`).
 """
 
 from __future__ import annotations
