@@ -1,12 +1,12 @@
 """A source's audio in the decode worker: read it, write it into the source's audio ring, and hold
 each frame back until the audio around it is there (or apply the source's missing-audio policy).
 
-- `AudioFeed` runs an audio producer on a thread of the decode worker: a file (the video's own
-  track, or a separate WAV/MP3/AAC/M4A file), a live stream (`framewire.sources.audio.StreamAudio`), the
-  ZeroMQ audio input (`framewire.sources.zmq_audio.ZmqAudio`) or the audio track of the live video stream
-  itself (`framewire.sources.live.LiveSource` hands its audio packets over). Chunks are written into the
-  ring (pipeline.audioring) at their time on the video clock. A file's audio is read ahead of the
-  video, but never further than the ring can hold for the frames still in flight.
+- `AudioFeed` runs an audio producer (`framewire.sources.audio_producers`) on a thread of the
+  decode worker: a file (the video's own track, or a separate WAV/MP3/AAC/M4A file), a live stream,
+  the ZeroMQ audio input (`framewire.sources.zmq_audio.ZmqAudio`) or the audio track of the live
+  video stream itself (`framewire.sources.live.LiveSource` hands its packets over). Chunks are
+  written into the ring (pipeline.audioring) at their time on the video clock. A file's audio is
+  read ahead of the video, but never further than the ring can hold for the frames still in flight.
 - `AudioGate` decides, frame by frame, when the audio window around the frame is complete: for
   a file it waits for the audio (a file is never late); for a live source the policy says what a
   late or missing window means (`silence`, `wait` up to `wait_ms`, `drop`), and it is counted.
@@ -23,15 +23,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from framewire.media.audio import AudioChunk, AudioDecoder
+from framewire.media.audio import AudioChunk
 from framewire.pipeline.wire.audioring import AudioRing
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import FrameSource, PendingPixels
 from framewire.pipeline.uris import local_path
+from framewire.sources.audio_producers import AudioProducer, PushedAudioFrames
 
 log = logging.getLogger(__name__)
 
@@ -60,140 +61,6 @@ class MissingPolicy:
     wait_ms for late audio, then `after_wait`."""
     wait_ms: float = 200.0
     after_wait: str = "silence"
-
-
-class AudioProducer(Protocol):
-    """Where a source's audio comes from: `open()` (errors at start), then `chunks()` until it ends."""
-
-    live: bool
-
-    def open(self) -> None: ...
-
-    def chunks(self) -> Iterator[AudioChunk]: ...
-
-    def stats(self) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-class FileAudio:
-    """The first audio track of a file (a separate audio file, or the video file's own track)."""
-
-    live = False
-
-    def __init__(self, source_id: str, uri: str, rate: int, *, key: str) -> None:
-        self.decoder = AudioDecoder(source_id, uri, rate, key=key)
-
-    def open(self) -> None:
-        self.decoder.open()
-
-    def chunks(self) -> Iterator[AudioChunk]:
-        return self.decoder.chunks()
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        self.decoder.close()
-
-
-class StreamAudio:
-    """A live audio stream (rtsp://, rtmp://, http(s):// ...) of its own, reconnecting with backoff.
-
-    After a reconnect the stream's clock starts over: its chunks go on from where the audio stopped
-    plus the time it was offline, as a live video source's frames do (sources.live)."""
-
-    live = True
-
-    def __init__(
-        self,
-        source_id: str,
-        uri: str,
-        rate: int,
-        *,
-        options: dict[str, str],
-        timeout_s: float,
-        retry: Callable[[int], float | None],
-    ) -> None:
-        """`retry(attempt)` is the delay before attempt `attempt + 1`, or None to give up."""
-        self.source_id, self.uri, self.rate = source_id, uri, rate
-        self.options, self.timeout_s, self.retry = options, timeout_s, retry
-        self.stopping = False
-        self.reconnects = 0
-
-    def open(self) -> None:
-        return None  # connecting may take a while: it happens on the feed's thread
-
-    def chunks(self) -> Iterator[AudioChunk]:
-        offset: float | None = 0.0
-        end: float | None = None
-        attempt = 0
-        while not self.stopping:
-            decoder = AudioDecoder(self.source_id, self.uri, self.rate, options=self.options, timeout_s=self.timeout_s)
-            lost_at = time.monotonic()
-            try:
-                decoder.open()
-                attempt = 0
-                for chunk in decoder.chunks():
-                    if offset is None:  # the first chunk after a reconnect: go on past the gap
-                        offset = (end or 0.0) + (time.monotonic() - lost_at) - chunk.time_s
-                    end = chunk.time_s + offset + chunk.samples.size / self.rate
-                    yield AudioChunk(chunk.samples, chunk.time_s + offset)
-                    lost_at = time.monotonic()
-                    if self.stopping:
-                        return
-            except SourceError as err:
-                log.warning("%s; reconnecting", err)
-            finally:
-                decoder.close()
-            attempt += 1
-            delay = self.retry(attempt)
-            if delay is None:
-                raise SourceError(f"source {self.source_id}: audio.uri: gave up after {attempt} attempt(s)")
-            self.reconnects += 1
-            offset = None
-            time.sleep(delay)
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        self.stopping = True
-
-
-class PushedAudioFrames:
-    """The audio track of the live video stream itself (`audio.uri: self` on rtsp:// ...): the video
-    source hands each chunk over as it demuxes it (`push`), this producer hands them to the feed."""
-
-    live = True
-
-    def __init__(self, capacity_s: float, rate: int) -> None:
-        self._queue: deque[AudioChunk] = deque(maxlen=max(8, int(capacity_s * rate / 512)))
-        self._ready = threading.Condition()
-        self.stopping = False
-
-    def push(self, chunk: AudioChunk) -> None:
-        with self._ready:
-            self._queue.append(chunk)
-            self._ready.notify()
-
-    def open(self) -> None:
-        return None
-
-    def chunks(self) -> Iterator[AudioChunk]:
-        while not self.stopping:
-            with self._ready:
-                if not self._queue:
-                    self._ready.wait(0.1)
-                    continue
-                chunk = self._queue.popleft()
-            yield chunk
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        self.stopping = True
 
 
 @dataclass
@@ -284,7 +151,9 @@ class AudioFeed:
                         else:
                             self._write(piece)
         except Exception as exc:  # ends the audio; the video source reports it (AudioGate)
-            self.error = str(exc) if isinstance(exc, SourceError) else f"source {self.source_id}: audio: {exc}"
+            self.error = (
+                str(exc) if isinstance(exc, SourceError) else f"source {self.source_id}: audio: {exc}"
+            )
             log.debug("audio of source %s failed", self.source_id, exc_info=True)
         finally:
             with self._lock:
@@ -316,7 +185,12 @@ class AudioFeed:
         gap, overlap = ring.write(chunk.samples, chunk.time_s)
         if gap:
             self._state.gap_s += gap / ring.rate
-            log.debug("source %s: %.3f s of audio missing before %.3f s", self.source_id, gap / ring.rate, chunk.time_s)
+            log.debug(
+                "source %s: %.3f s of audio missing before %.3f s",
+                self.source_id,
+                gap / ring.rate,
+                chunk.time_s,
+            )
         self._state.overlap_s += overlap / ring.rate
 
 
@@ -364,7 +238,9 @@ class AudioGate:
         """How long a live frame may wait for late audio by the policy (0 but for `wait`)."""
         return self.policy.wait_ms / 1000.0 if self.policy.policy == "wait" else 0.0
 
-    def ready(self, time_s: float, due: float, *, clip_to_end: bool = False, final: bool = False) -> bool | None:
+    def ready(
+        self, time_s: float, due: float, *, clip_to_end: bool = False, final: bool = False
+    ) -> bool | None:
         """`admit` without waiting: True or False once decided, None while the window may still
         complete (before `due` for a live source; ever, for a file). `final`: no more will come."""
         if self.feed.error:
@@ -397,7 +273,9 @@ class AudioGate:
         if self.counts[action] == 1:
             log.warning(
                 "source %s: a frame's audio window is incomplete: %s (further ones are counted in "
-                "framewire_audio_windows_missing_total)", self.source_id, "dropped" if action == "drop" else "silence",
+                "framewire_audio_windows_missing_total)",
+                self.source_id,
+                "dropped" if action == "drop" else "silence",
             )
         return action != "drop"
 
@@ -466,7 +344,9 @@ class WithAudio:
             yield from self._release(queue, final=False)
         yield from self._release(queue, final=True)
 
-    def _release(self, queue: deque[Any], *, final: bool) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
+    def _release(
+        self, queue: deque[Any], *, final: bool
+    ) -> Iterator[tuple[np.ndarray | PendingPixels, int, float]]:
         while queue:
             image, pts, time_s, due = queue[0]
             decided = self.gate.ready(time_s, due, final=final)
@@ -493,7 +373,9 @@ class WithAudio:
             self.feed.close()
 
 
-def read_ahead_limit(feed: AudioFeed, last_s: float | None, lookback_s: float, need: AudioNeed) -> float | None:
+def read_ahead_limit(
+    feed: AudioFeed, last_s: float | None, lookback_s: float, need: AudioNeed
+) -> float | None:
     """How far a file's audio may be written: the ring's capacity ahead of the frames still in flight
     (`lookback_s` behind the last frame read), and at least the window of the next frame, so a ring
     too small for the lookback loses old windows (counted as missing) rather than stalling."""
@@ -503,7 +385,9 @@ def read_ahead_limit(feed: AudioFeed, last_s: float | None, lookback_s: float, n
     return last + max(feed.capacity_s - lookback_s, need.after_s + 1.0)
 
 
-def with_audio_info(info: dict[str, Any], rate: int, capacity_s: float, mux_path: str | None) -> dict[str, Any]:
+def with_audio_info(
+    info: dict[str, Any], rate: int, capacity_s: float, mux_path: str | None
+) -> dict[str, Any]:
     """A stream's info that asks the hub for an audio ring and tells the outputs what to mux."""
     info["audio"] = {"rate": rate, "capacity_s": capacity_s}
     if mux_path is not None:

@@ -10,18 +10,8 @@ from framewire.config import SourceConfig
 from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.frame import FrameSource
 from framewire.pipeline.uris import source_kind, zmq_endpoint
-from framewire.sources.audio import (
-    AudioFeed,
-    AudioGate,
-    AudioNeed,
-    AudioProducer,
-    FileAudio,
-    MissingPolicy,
-    PushedAudioFrames,
-    StreamAudio,
-    WithAudio,
-    mux_path_of,
-)
+from framewire.sources.audio import AudioFeed, AudioGate, AudioNeed, MissingPolicy, WithAudio, mux_path_of
+from framewire.sources.audio_producers import AudioProducer, FileAudio, PushedAudioFrames, StreamAudio
 from framewire.sources.live import LiveSource, stream_options
 from framewire.sources.template import TemplateSource
 from framewire.sources.zmq_audio import ZmqAudio
@@ -46,7 +36,14 @@ def with_audio(
     lookback = slots / 25.0 + need.before_s + LOOKBACK_MARGIN_S
     if config.template is not None:
         return TemplateSource(
-            config.id, config.uri, config.template, feed, gate, rate=audio.sample_rate, mux_path=mux, lookback_s=lookback
+            config.id,
+            config.uri,
+            config.template,
+            feed,
+            gate,
+            rate=audio.sample_rate,
+            mux_path=mux,
+            lookback_s=lookback,
         )
     assert inner is not None
     return WithAudio(inner, feed, gate, rate=audio.sample_rate, mux_path=mux, lookback_s=lookback)
@@ -58,18 +55,19 @@ def _producer(config: SourceConfig, inner: Any) -> AudioProducer:
     rate = audio.sample_rate
     if audio.kind == "zmq":
         return ZmqAudio(
-            config.id, zmq_endpoint(audio.uri), rate,
-            curve_secret_key=audio.curve_secret_key, curve_clients=audio.curve_clients,
+            config.id,
+            zmq_endpoint(audio.uri),
+            rate,
+            curve_secret_key=audio.curve_secret_key,
+            curve_clients=audio.curve_clients,
         )
     if audio.kind == "stream":
         r = config.reconnect
         backoff = Backoff(r.initial_s, r.max_s, max_attempts=r.max_attempts)
         options = stream_options(audio.uri, timeout_s=config.timeout_s, extra=config.ffmpeg_options)
-
-        def retry(attempt: int) -> float | None:
-            return None if backoff.gives_up(attempt) else backoff.delay(attempt)
-
-        return StreamAudio(config.id, audio.uri, rate, options=options, timeout_s=config.timeout_s, retry=retry)
+        return StreamAudio(
+            config.id, audio.uri, rate, options=options, timeout_s=config.timeout_s, backoff=backoff
+        )
     if audio.kind == "self" and isinstance(inner, LiveSource) and source_kind(config.uri) == "stream":
         return _same_stream(inner, rate, audio.buffer_s)
     uri = config.uri if audio.kind == "self" else audio.uri

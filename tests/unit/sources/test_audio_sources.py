@@ -203,7 +203,8 @@ def test_a_looped_template_without_pts_says_so_once(
 def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_path: Path) -> None:
     """StreamAudio on the test RTSP server's sound track: chunks in order; after the server dies and
     comes back, the chunks go on from where they stopped plus the time offline, never back."""
-    from framewire.sources.audio import StreamAudio
+    from framewire.pipeline.backoff import Backoff
+    from framewire.sources.audio_producers import StreamAudio
     from tests.support import clips, rtsp_server
 
     clip = clips.make_clip(tmp_path / "v.mp4", frames=25, fps=25)
@@ -212,7 +213,7 @@ def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_
     server = rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "a.wav"))
     stream = StreamAudio(
         "s", f"rtsp://127.0.0.1:{port}/live", 16000, options={"rtsp_transport": "tcp", "timeout": "2000000"},
-        timeout_s=2.0, retry=lambda attempt: 0.2 if attempt < 50 else None,
+        timeout_s=2.0, backoff=Backoff(0.2, 0.2, max_attempts=50),
     )
     times: list[float] = []
     servers = [server]
