@@ -1,5 +1,5 @@
-"""The runtime stays readable (issue 9): no module of pipeline/ over 450 lines, no function of the
-runtime, the composition root, the stages, engines, sources or media over 60 lines."""
+"""The product stays readable (issues 9 and 38): no module of the runtime, the composition root, the
+stages, engines, sources or media over 450 lines, and no function over 60."""
 
 from __future__ import annotations
 
@@ -11,16 +11,40 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
-FUNCTION_PACKAGES = ("framewire", "pipeline", "stages", "engines")
+PACKAGES = ("framewire", "pipeline", "stages", "engines")
+
+LONG_FOR_NOW = {
+    # Split by issue 38's stage-list work (one composer a feature), on another branch: the lead
+    # drops this entry when that branch merges.
+    "framewire/app/compose.py",
+    # Being changed on another branch at the same time; split it there or after that merges.
+    "framewire/media/video_reader.py",
+}
+"""Modules over the limit whose split is another branch's, named so that none is forgotten."""
 
 
-def test_no_runtime_module_is_too_long_to_read() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "pipeline").rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}  # fmt: skip
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_is_too_long_to_read(package: str) -> None:
+    long: dict[str, int] = {}
+    for path in (ROOT / package).rglob("*.py"):
+        name = str(path.relative_to(ROOT))
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES and name not in LONG_FOR_NOW:
+            long[name] = lines
     assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
 
 
-@pytest.mark.parametrize("package", FUNCTION_PACKAGES)
+def test_the_modules_let_off_the_limit_still_need_it() -> None:
+    """An entry of LONG_FOR_NOW goes once its module is back under the limit (or gone)."""
+    done = [
+        name
+        for name in LONG_FOR_NOW
+        if not (ROOT / name).is_file() or len((ROOT / name).read_text().splitlines()) <= MAX_MODULE_LINES
+    ]
+    assert not done, f"under {MAX_MODULE_LINES} lines now: drop them from LONG_FOR_NOW: {done}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_function_is_too_long_to_read(package: str) -> None:
     long: dict[str, int] = {}
     for path in (ROOT / package).rglob("*.py"):
@@ -46,5 +70,7 @@ def test_nothing_imports_a_folder_by_its_bare_name() -> None:
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
                 if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names = [node.module]
-                found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in BARE]
+                found += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in BARE
+                ]
     assert not found, f"import framewire.<name> instead: {found}"
