@@ -56,7 +56,9 @@ class SystemMemory:
         self.shm.set_shared_memory_region(handle, [np.ascontiguousarray(array)])
 
     def read(self, handle: Any, dtype: np.dtype, shape: list[int]) -> np.ndarray:
-        return np.array(self.shm.get_contents_as_numpy(handle, dtype, shape), copy=True)  # the region is reused
+        return np.array(
+            self.shm.get_contents_as_numpy(handle, dtype, shape), copy=True
+        )  # the region is reused
 
     def destroy(self, handle: Any) -> None:
         self.shm.destroy_shared_memory_region(handle)
@@ -213,7 +215,9 @@ def open_regions(kind: str, tag: str, device: int = 0) -> Regions:
         try:
             from tritonclient.utils import cuda_shared_memory
         except (ImportError, RuntimeError) as exc:  # RuntimeError: tritonclient's "needs cuda-python"
-            raise ConfigError(f"engine.triton.shared_memory: cuda needs cuda-python and a GPU: {exc}") from None
+            raise ConfigError(
+                f"engine.triton.shared_memory: cuda needs cuda-python and a GPU: {exc}"
+            ) from None
         return Regions(CudaMemory(cuda_shared_memory, device), host)
     raise ConfigError(f"engine.triton.shared_memory: unknown kind {kind!r}")
 

@@ -77,8 +77,10 @@ class BackendWait:
         if self.down_since is None:
             return
         log.warning(
-            "%s[%d]: the backend answers again after %.1f s", self.ctx.stage, self.ctx.index,
+            "%s[%d]: the backend answers again after %.1f s",
+            self.ctx.stage,
+            self.ctx.index,
             time.monotonic() - self.down_since,
-        )  # fmt: skip
+        )
         self.down_since = None
         self.ctx.status({"available": True})

@@ -125,11 +125,16 @@ class _Connection:
         self._first: int | None = None
         self._last = -1
         self.container = av.open(
-            target.url, mode="w", format=target.muxer, options=dict(target.options), timeout=(timeout_s, timeout_s)
+            target.url,
+            mode="w",
+            format=target.muxer,
+            options=dict(target.options),
+            timeout=(timeout_s, timeout_s),
         )
         try:
             self.stream = self._add_stream(encoding)
-            self.container.start_encoding()  # connects (RTSP, RTMP) and writes the header now, not at the first frame
+            # connects (RTSP, RTMP) and writes the header now, not at the first frame
+            self.container.start_encoding()
         except BaseException:
             self.container.close()
             raise
@@ -232,7 +237,9 @@ class LiveSender:
         (counted) and the stream ended, without waiting for that."""
         self._thread.join(timeout_s)
         if self._thread.is_alive():
-            log.warning("%s: the sender did not finish within %.1f s: dropping what is queued", self.name, timeout_s)
+            log.warning(
+                "%s: the sender did not finish within %.1f s: dropping what is queued", self.name, timeout_s
+            )
             self._abandon.set()
             self._thread.join(self.timeout_s * 2)
         return self.counts
@@ -285,7 +292,9 @@ class LiveSender:
         try:
             if self.prepare is not None:
                 self.prepare()
-            self._connection = _Connection(target, self.encoding, image.shape[1], image.shape[0], self.timeout_s)
+            self._connection = _Connection(
+                target, self.encoding, image.shape[1], image.shape[0], self.timeout_s
+            )
         except (OSError, av.FFmpegError, ValueError) as exc:
             self._lost(f"cannot open {target.shown}: {_reason(exc, target)}")
             return None
@@ -307,7 +316,9 @@ class LiveSender:
         self.counts.failures += 1
         delay = self._backoff.next()
         self._retry_at = time.monotonic() + delay
-        log.warning("%s: %s; trying again in %.1f s (failure %d)", self.name, why, delay, self.counts.failures)
+        log.warning(
+            "%s: %s; trying again in %.1f s (failure %d)", self.name, why, delay, self.counts.failures
+        )
 
 
 def _reason(exc: BaseException, target: Target) -> str:

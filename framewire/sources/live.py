@@ -147,15 +147,26 @@ class LiveSource:
 
     @classmethod
     def from_config(cls, config: SourceConfig) -> LiveSource:
-        """A camera, a live stream, or a file said to be live (read again from the start each time it ends)."""
+        """A camera, a live stream, or a file said to be live (read again from the start each time it
+        ends)."""
         r = config.reconnect
         backoff = Backoff(r.initial_s, r.max_s, jitter=r.jitter, max_attempts=r.max_attempts)
         if config.kind == "camera":
             options = camera_options(config.camera, config.ffmpeg_options)
-            return cls(config.id, config.uri, options=options, format="v4l2", timeout_s=config.timeout_s, backoff=backoff)
+            return cls(
+                config.id,
+                config.uri,
+                options=options,
+                format="v4l2",
+                timeout_s=config.timeout_s,
+                backoff=backoff,
+            )
         if config.kind == "stream":
             options = stream_options(
-                config.uri, timeout_s=config.timeout_s, rtsp_transport=config.rtsp_transport, extra=config.ffmpeg_options
+                config.uri,
+                timeout_s=config.timeout_s,
+                rtsp_transport=config.rtsp_transport,
+                extra=config.ffmpeg_options,
             )
             return cls(config.id, config.uri, options=options, timeout_s=config.timeout_s, backoff=backoff)
         return cls(config.id, config.uri, options={}, timeout_s=None, backoff=backoff)
@@ -212,7 +223,10 @@ class LiveSource:
             self._offset = None
             log.warning(
                 "source %s: reconnected to %s after %.1f s offline (%d reconnect(s) so far)",
-                self.source_id, self.shown, self._gap_s, self._reconnects,
+                self.source_id,
+                self.shown,
+                self._gap_s,
+                self._reconnects,
             )
 
     def stats(self) -> dict[str, Any]:
@@ -236,8 +250,12 @@ class LiveSource:
             if self._interrupted():
                 raise SourceInterrupted(self.source_id)
             reader = VideoReader(
-                self.source_id, self.uri, options=self.options, format=self.format,
-                timeout_s=self.timeout_s, live=True,
+                self.source_id,
+                self.uri,
+                options=self.options,
+                format=self.format,
+                timeout_s=self.timeout_s,
+                live=True,
             )
             if self.audio_sink is not None:
                 reader.audio_sink = self._audio

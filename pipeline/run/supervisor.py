@@ -52,8 +52,15 @@ class Supervisor:
         os.makedirs(self._ipc_dir, exist_ok=True)
         self.endpoint = f"ipc://{self._ipc_dir}/hub-{os.getpid()}.sock"
         try:
-            self._hub = Hub(plan, self.endpoint, self.telemetry, self.report, start=starter(plan.preload),
-                            stopping=self.stopping, progress=progress)  # fmt: skip
+            self._hub = Hub(
+                plan,
+                self.endpoint,
+                self.telemetry,
+                self.report,
+                start=starter(plan.preload),
+                stopping=self.stopping,
+                progress=progress,
+            )
         except BaseException:
             self._remove_ipc_dir()
             raise
@@ -65,10 +72,20 @@ class Supervisor:
         if plan.http is not None:
             try:
                 if plan.fleet is not None:
-                    self._fleet = Fleet(plan.fleet, plan, self._hub.inputs, self.stopping, self.telemetry.forget)
-                self._ops = Operations(plan, plan.http, self.metrics, self._health, self._hub.inputs,
-                                       self.request_stop, self.telemetry.forget, self.telemetry.live,
-                                       self._fleet)  # fmt: skip
+                    self._fleet = Fleet(
+                        plan.fleet, plan, self._hub.inputs, self.stopping, self.telemetry.forget
+                    )
+                self._ops = Operations(
+                    plan,
+                    plan.http,
+                    self.metrics,
+                    self._health,
+                    self._hub.inputs,
+                    self.request_stop,
+                    self.telemetry.forget,
+                    self.telemetry.live,
+                    self._fleet,
+                )
                 self._hub.tap = self._ops.previews
             except BaseException:
                 self._close()
@@ -91,7 +108,9 @@ class Supervisor:
         try:
             orphans = sweep_orphans()
             if orphans:
-                log.warning("removed %d frame pool(s) left in /dev/shm by a daemon that was killed", len(orphans))
+                log.warning(
+                    "removed %d frame pool(s) left in /dev/shm by a daemon that was killed", len(orphans)
+                )
             self._spawn_all()
             self._hub.run(each_turn=self._each_turn, each_tick=self._each_tick)
         except JobFailed as exc:

@@ -136,7 +136,12 @@ class AudioRing(OverSegment[AudioRingLayout]):
             start = head
         if start > head:
             gap = start - head
-            self._store(head, np.zeros(min(gap, self.capacity), np.float32), valid=False, skip=max(0, gap - self.capacity))
+            self._store(
+                head,
+                np.zeros(min(gap, self.capacity), np.float32),
+                valid=False,
+                skip=max(0, gap - self.capacity),
+            )
             head = start
         elif start < head:
             dropped = min(head - start, samples.size)

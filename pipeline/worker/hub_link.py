@@ -154,5 +154,7 @@ class SupervisorWatch:
             self.sweep = False
             removed = sweep_orphans(owner_pid=self.pid)
             if removed:
-                log.warning("supervisor %d is gone: removed its %d shared-memory segment(s)", self.pid, len(removed))
+                log.warning(
+                    "supervisor %d is gone: removed its %d shared-memory segment(s)", self.pid, len(removed)
+                )
         return True

@@ -33,7 +33,17 @@ STOP_WAIT_S = 2.0
 """The longest `stop` waits for the queue when sources were still open (a hard stop)."""
 RECORD = "record"
 EVENT = "event"
-COUNTERS = ("queued", "sent", "delivered", "dropped", "failed", "events", "suppressed", "reconnects", "retries")
+COUNTERS = (
+    "queued",
+    "sent",
+    "delivered",
+    "dropped",
+    "failed",
+    "events",
+    "suppressed",
+    "reconnects",
+    "retries",
+)
 """queued: messages put on the queue; sent: handed to the broker's client; delivered: acknowledged
 (MQTT PUBACK or, at QoS 0, written; a Kafka delivery report; an HTTP 2xx); dropped: never sent (the
 queue was full, or still held messages at the end); failed: sent and refused or given up on (a
@@ -170,7 +180,9 @@ class Batcher:
 
 def encode(item: dict[str, Any]) -> bytes:
     """A record or event as the jsonl output writes it (numpy values made plain), in UTF-8."""
-    return json.dumps(item, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_plain).encode()
+    return json.dumps(
+        item, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_plain
+    ).encode()
 
 
 class BrokerSink(Stage):
@@ -247,8 +259,17 @@ class BrokerSink(Stage):
         except Exception as exc:  # the counts below are still worth logging
             log.warning("%s: closing the connection failed: %s", self.name, one_line(exc))
         c = self.counts.snapshot()
-        log.info("%s: %d queued, %d sent, %d delivered, %d dropped (%d left at the end), %d failed, %d reconnects",
-                 self.name, c["queued"], c["sent"], c["delivered"], c["dropped"], left, c["failed"], c["reconnects"])  # fmt: skip
+        log.info(
+            "%s: %d queued, %d sent, %d delivered, %d dropped (%d left at the end), %d failed, %d reconnects",
+            self.name,
+            c["queued"],
+            c["sent"],
+            c["delivered"],
+            c["dropped"],
+            left,
+            c["failed"],
+            c["reconnects"],
+        )
 
     def counters(self) -> dict[str, dict[str, int]]:
         return {self.name: self.counts.snapshot()}
@@ -283,8 +304,14 @@ class BrokerSink(Stage):
             failed = self._abandon()
         finally:
             self.interrupt.clear()
-        log.warning("%s: the broker did not take everything within flush_timeout_s %.1f s: %d message(s) dropped "
-                    "unsent, %d unacknowledged", self.name, self.config.flush_timeout_s, max(dropped, waiting), failed)  # fmt: skip
+        log.warning(
+            "%s: the broker did not take everything within flush_timeout_s %.1f s: %d message(s) dropped "
+            "unsent, %d unacknowledged",
+            self.name,
+            self.config.flush_timeout_s,
+            max(dropped, waiting),
+            failed,
+        )
 
     def _events(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -311,7 +338,9 @@ class BrokerSink(Stage):
             batch = batcher.take()
             try:
                 self._send(batch)
-            except Exception as exc:  # a client's surprise must not end the thread: the batch is lost, counted
+            except (
+                Exception
+            ) as exc:  # a client's surprise must not end the thread: the batch is lost, counted
                 self.counts.add("failed", len(batch))
                 log.error("%s: sending %d message(s) failed: %s", self.name, len(batch), one_line(exc))
             finally:

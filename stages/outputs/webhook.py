@@ -65,7 +65,9 @@ class WebhookSink(BrokerSink):
                 log.warning("%s: %s: %s; trying again", self.name, c.url, problem)
             self._failing = True
         self.counts.add("failed", len(batch))
-        log.error("%s: %d message(s) not delivered to %s: %s", self.name, len(batch), c.url, problem or "stopped")
+        log.error(
+            "%s: %d message(s) not delivered to %s: %s", self.name, len(batch), c.url, problem or "stopped"
+        )
 
     def _post(self, body: bytes) -> tuple[int | None, str]:
         """The answer's status (None when there was none) and, when it is not 2xx, why in words."""

@@ -73,7 +73,11 @@ def test_another_process_maps_it_by_name_and_the_owner_unlinks(ring: AudioRing) 
     assert cache.get(wire) is reader
     ring.write(np.full(7, 0.5, np.float32), 1.0)
     assert reader.head == 7 and reader.origin_s == 1.0 and reader.window(1.0, 7).samples.tolist() == [0.5] * 7
-    assert ring_of({"name": "pool", "audio": wire}) == wire and ring_of({"name": "pool"}) is None and ring_of(None) is None
+    assert (
+        ring_of({"name": "pool", "audio": wire}) == wire
+        and ring_of({"name": "pool"}) is None
+        and ring_of(None) is None
+    )
     cache.close()
     path = Segment.path_of(ring.layout.name)
     assert os.path.exists(path)

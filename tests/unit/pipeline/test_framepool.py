@@ -59,14 +59,18 @@ def test_a_worker_that_finds_its_supervisor_gone_removes_that_job_s_pools_and_ri
     from framewire.pipeline.worker.hub_link import SupervisorWatch
 
     def dead_pid() -> int:
-        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
         return int(done.stdout)
 
     gone, other = dead_pid(), dead_pid()
     tag = uuid.uuid4().hex[:8]
     pool = FramePool.create(PoolLayout.plan(segment_name(gone, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
     ring = AudioRing.create(AudioRingLayout(segment_name(gone, 1, f"audio-{tag}"), 16000, 1600))
-    elsewhere = FramePool.create(PoolLayout.plan(segment_name(other, 1, tag), 2, {"image": ((4, 4, 3), "uint8")}))
+    elsewhere = FramePool.create(
+        PoolLayout.plan(segment_name(other, 1, tag), 2, {"image": ((4, 4, 3), "uint8")})
+    )
     paths = [Segment.path_of(pool.layout.name), Segment.path_of(ring.layout.name)]
     try:
         watch, second = SupervisorWatch(gone), SupervisorWatch(gone)

@@ -42,7 +42,9 @@ def message(header: dict[str, object], payload: bytes = b"\x00\x00" * 320) -> li
 def test_the_audio_wire_format_is_checked_before_use() -> None:
     good = parse_audio(message({"rate": 16000, "channels": 1, "format": "s16le", "pts": 5}))
     assert not isinstance(good, str) and good.samples.shape == (320, 1) and good.pts == 5
-    stereo = parse_audio(message({"rate": 48000, "channels": 2, "format": "f32le", "pts": 0}, np.zeros(8, "<f4").tobytes()))
+    stereo = parse_audio(
+        message({"rate": 48000, "channels": 2, "format": "f32le", "pts": 0}, np.zeros(8, "<f4").tobytes())
+    )
     assert not isinstance(stereo, str) and stereo.samples.shape == (4, 2)
     assert parse_audio([b'{"eos": true}']) == EOS
     for header, payload, reason in [
@@ -157,7 +159,9 @@ def test_a_file_frame_always_waits_for_its_audio(ring: AudioRing) -> None:
 
 def test_a_failing_audio_file_fails_the_source(ring: AudioRing, tmp_path: Path) -> None:
     (tmp_path / "bad.wav").write_bytes(b"RIFF....WAVEfmt nonsense")
-    config = SourceConfig.model_validate({"id": "s", "uri": CARPHONE, "audio": {"uri": str(tmp_path / "bad.wav")}})
+    config = SourceConfig.model_validate(
+        {"id": "s", "uri": CARPHONE, "audio": {"uri": str(tmp_path / "bad.wav")}}
+    )
     with pytest.raises(SourceError, match=r"^source s: audio.uri: cannot open .*bad.wav"):
         build_source(config, AudioNeed(0.1, 0.1)).open()
 
@@ -165,11 +169,15 @@ def test_a_failing_audio_file_fails_the_source(ring: AudioRing, tmp_path: Path) 
 @pytest.mark.parametrize("mode", ["loop", "pingpong"])
 def test_a_template_runs_exactly_as_long_as_its_audio(ring: AudioRing, tmp_path: Path, mode: str) -> None:
     write_audio(tmp_path / "a.wav", tone_bursts(5.0, []))
-    config = SourceConfig.model_validate({"id": "s", "uri": CARPHONE, "template": mode, "audio": {"uri": str(tmp_path / "a.wav")}})
+    config = SourceConfig.model_validate(
+        {"id": "s", "uri": CARPHONE, "template": mode, "audio": {"uri": str(tmp_path / "a.wav")}}
+    )
     source = build_source(config, AudioNeed(0.1, 0.1))
     assert isinstance(source, TemplateSource)
     info = source.open()
-    assert info["audio"] == {"rate": 16000, "capacity_s": 10.0} and info["audio_path"] == str(tmp_path / "a.wav")
+    assert info["audio"] == {"rate": 16000, "capacity_s": 10.0} and info["audio_path"] == str(
+        tmp_path / "a.wav"
+    )
     source.attach_audio(ring)
     frames = list(source.frames())
     source.close()
@@ -188,7 +196,9 @@ def test_a_looped_template_without_pts_says_so_once(
 
     template = clips.make_clip(tmp_path / "t.h264", frames=10, fps=25)
     write_audio(tmp_path / "a.wav", tone_bursts(2.0, []))
-    config = SourceConfig.model_validate({"id": "s", "uri": str(template), "template": "loop", "audio": {"uri": str(tmp_path / "a.wav")}})
+    config = SourceConfig.model_validate(
+        {"id": "s", "uri": str(template), "template": "loop", "audio": {"uri": str(tmp_path / "a.wav")}}
+    )
     source = build_source(config, AudioNeed(0.1, 0.1))
     source.open()
     source.attach_audio(ring)  # type: ignore[attr-defined]
@@ -212,8 +222,12 @@ def test_a_live_audio_stream_of_its_own_reconnects_and_goes_on_past_the_gap(tmp_
     port = rtsp_server.free_port()
     server = rtsp_server.spawn(port, clip=str(clip), audio=str(tmp_path / "a.wav"))
     stream = StreamAudio(
-        "s", f"rtsp://127.0.0.1:{port}/live", 16000, options={"rtsp_transport": "tcp", "timeout": "2000000"},
-        timeout_s=2.0, backoff=Backoff(0.2, 0.2, max_attempts=50),
+        "s",
+        f"rtsp://127.0.0.1:{port}/live",
+        16000,
+        options={"rtsp_transport": "tcp", "timeout": "2000000"},
+        timeout_s=2.0,
+        backoff=Backoff(0.2, 0.2, max_attempts=50),
     )
     times: list[float] = []
     servers = [server]
@@ -251,5 +265,9 @@ def test_a_file_is_not_read_past_the_ring_before_the_ring_is_there(ring: AudioRi
     time.sleep(0.2)  # the whole file would have been read by now
     feed.attach(ring, lambda: 5.0)  # and the frames in flight allow 5 s of read-ahead
     time.sleep(0.2)
-    assert ring.origin_s == 0.0 and ring.window(0.0, 16000).complete and ring.written_until_s() == pytest.approx(5.25)
+    assert (
+        ring.origin_s == 0.0
+        and ring.window(0.0, 16000).complete
+        and ring.written_until_s() == pytest.approx(5.25)
+    )
     feed.close()

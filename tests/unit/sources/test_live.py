@@ -36,13 +36,19 @@ pytestmark = pytest.mark.timeout(60)
 def test_stream_options_per_protocol() -> None:
     assert stream_options("rtsp://h/s", timeout_s=2) == {"rtsp_transport": "tcp", "timeout": "2000000"}
     assert stream_options("rtsp://h/s", timeout_s=0.5, rtsp_transport="udp") == {
-        "rtsp_transport": "udp", "timeout": "500000",
+        "rtsp_transport": "udp",
+        "timeout": "500000",
     }
-    assert stream_options("https://h/live.m3u8", timeout_s=3) == {"timeout": "3000000", "rw_timeout": "3000000"}
+    assert stream_options("https://h/live.m3u8", timeout_s=3) == {
+        "timeout": "3000000",
+        "rw_timeout": "3000000",
+    }
     # RTMP's own `timeout` is a listen timeout in seconds: only rw_timeout bounds a read.
     assert stream_options("rtmp://h/app/key", timeout_s=1) == {"rw_timeout": "1000000"}
     assert stream_options("rtsp://h/s", timeout_s=1, extra={"timeout": "9", "probesize": "32"}) == {
-        "rtsp_transport": "tcp", "timeout": "9", "probesize": "32",
+        "rtsp_transport": "tcp",
+        "timeout": "9",
+        "probesize": "32",
     }
 
 
@@ -50,7 +56,10 @@ def test_camera_options() -> None:
     assert camera_options(None) == {}
     camera = CameraConfig(width=1280, height=720, fps=29.97, input_format="mjpeg")
     assert camera_options(camera, {"use_libv4l2": "1"}) == {
-        "video_size": "1280x720", "framerate": "29.97", "input_format": "mjpeg", "use_libv4l2": "1",
+        "video_size": "1280x720",
+        "framerate": "29.97",
+        "input_format": "mjpeg",
+        "use_libv4l2": "1",
     }
 
 
@@ -110,8 +119,13 @@ def test_a_camera_is_a_video4linux_character_device(tmp_path: Path) -> None:
 
 def test_connection_errors_and_logs_hide_the_password(caplog: pytest.LogCaptureFixture) -> None:
     uri = f"rtsp://admin:hunter2@127.0.0.1:{free_port()}/live"
-    source = LiveSource("cam", uri, options=stream_options(uri, timeout_s=1), timeout_s=1,
-                        backoff=Backoff(0.05, 0.05, max_attempts=3))
+    source = LiveSource(
+        "cam",
+        uri,
+        options=stream_options(uri, timeout_s=1),
+        timeout_s=1,
+        backoff=Backoff(0.05, 0.05, max_attempts=3),
+    )
     with caplog.at_level(logging.DEBUG), pytest.raises(SourceError) as caught:
         source.open()
     message = str(caught.value)
@@ -157,7 +171,9 @@ def _read(source: LiveSource, count: int) -> list[tuple[int, float]]:
 
 def test_udp_transport_reads_frames(server: dict[str, Any]) -> None:
     uri = f"rtsp://127.0.0.1:{server['port']}/live"
-    source = LiveSource("cam", uri, options=stream_options(uri, timeout_s=2, rtsp_transport="udp"), timeout_s=2)
+    source = LiveSource(
+        "cam", uri, options=stream_options(uri, timeout_s=2, rtsp_transport="udp"), timeout_s=2
+    )
     info = source.open()
     assert (info["width"], info["height"], info["live"], info["is_file"]) == (160, 120, True, False)
     frames = _read(source, 10)
@@ -168,8 +184,9 @@ def test_udp_transport_reads_frames(server: dict[str, Any]) -> None:
 
 def test_a_stalled_stream_times_out_and_reconnects(server: dict[str, Any]) -> None:
     uri = f"rtsp://127.0.0.1:{server['port']}/live"
-    source = LiveSource("cam", uri, options=stream_options(uri, timeout_s=1), timeout_s=1,
-                        backoff=Backoff(0.2, 0.5))
+    source = LiveSource(
+        "cam", uri, options=stream_options(uri, timeout_s=1), timeout_s=1, backoff=Backoff(0.2, 0.5)
+    )
     source.open()
     before = _read(source, 5)
     pid = server["process"].pid
@@ -186,8 +203,9 @@ def test_a_stalled_stream_times_out_and_reconnects(server: dict[str, Any]) -> No
 
 def test_a_stream_that_comes_back_at_another_size_ends_the_source(server: dict[str, Any]) -> None:
     uri = f"rtsp://127.0.0.1:{server['port']}/live"
-    source = LiveSource("cam", uri, options=stream_options(uri, timeout_s=1), timeout_s=1,
-                        backoff=Backoff(0.1, 0.2))
+    source = LiveSource(
+        "cam", uri, options=stream_options(uri, timeout_s=1), timeout_s=1, backoff=Backoff(0.1, 0.2)
+    )
     source.open()
     frames = source.frames()
     next(frames)
