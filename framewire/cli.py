@@ -14,6 +14,7 @@ failure, 2 bad config or usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -21,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from framewire.pipeline.wire.linkwatch import LinkState
     from framewire.app.compose import Task
     from framewire.pipeline.plan import Report
+    from framewire.runner import Job
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -40,8 +42,12 @@ def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     keep: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
     parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs", **keep)
     parser.add_argument("-v", "--verbose", action="store_true", help="informational logs", **keep)
-    parser.add_argument("--log-format", choices=("text", "json"), help="log lines as text (default) or JSON objects",
-                        **(keep or {"default": "text"}))  # fmt: skip
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="log lines as text (default) or JSON objects",
+        **(keep or {"default": "text"}),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,18 +61,31 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
-    run.add_argument("--no-progress", action="store_true", help="no progress display (the bar, a line per source), even on a terminal")
-    run.add_argument("--resume", action="store_true",
-                     help="every file source goes on after the frames its outputs hold (sets sources.N.resume)")  # fmt: skip
-    run.add_argument("--shard", metavar="I/N", help="run only replica I of N's share of the sources (0-based; "
-                     "auto: I from the hostname's -<n>, N from FRAMEWIRE_REPLICAS): sets fleet.shard")  # fmt: skip
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress display (the bar, a line per source), even on a terminal",
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="every file source goes on after the frames its outputs hold (sets sources.N.resume)",
+    )
+    run.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only replica I of N's share of the sources (0-based; "
+        "auto: I from the hostname's -<n>, N from FRAMEWIRE_REPLICAS): sets fleet.shard",
+    )
 
     validate = sub.add_parser("validate", help="check a config and its model against its task")
     add_config_args(validate)
 
     subscribe = sub.add_parser("subscribe", help="print what a zmq output sends")
     subscribe.add_argument("--endpoint", required=True, help="e.g. tcp://127.0.0.1:5560")
-    subscribe.add_argument("--mode", choices=("sub", "pull"), default="sub", help="sub for pub, pull for push")
+    subscribe.add_argument(
+        "--mode", choices=("sub", "pull"), default="sub", help="sub for pub, pull for push"
+    )
     subscribe.add_argument("--topic", default="", help="only this source id (sub mode)")
     subscribe.add_argument("--count", type=int, default=0, help="exit after this many messages")
     subscribe.add_argument("--timeout", type=float, default=0.0, help="exit after this many idle seconds")
@@ -74,13 +93,17 @@ def _parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--save-images", metavar="DIR", help="write the JPEG parts into DIR")
     subscribe.add_argument("--server-key", metavar="FILE", help="CurveZMQ: the output's public certificate")
     subscribe.add_argument(
-        "--client-key", metavar="FILE", help="CurveZMQ: this client's secret certificate (default: a new pair)"
+        "--client-key",
+        metavar="FILE",
+        help="CurveZMQ: this client's secret certificate (default: a new pair)",
     )
 
     keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
     keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
     keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
-    keys.add_argument("--force", action="store_true", help="overwrite a pair of that name (its clients lose it)")
+    keys.add_argument(
+        "--force", action="store_true", help="overwrite a pair of that name (its clients lose it)"
+    )
 
     for module_name in MODULES:
         module = importlib.import_module(module_name)
@@ -190,20 +213,35 @@ def _run(args: argparse.Namespace, level: int) -> int:
     shard = [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else []
     config = load_job(args, shard)
     if getattr(args, "resume", False):
-        files = [f"sources.{i}.resume=true" for i, s in enumerate(config.sources)
-                 if getattr(s, "kind", None) == "file" and not s.is_live]  # fmt: skip
+        files = [
+            f"sources.{i}.resume=true"
+            for i, s in enumerate(config.sources)
+            if getattr(s, "kind", None) == "file" and not s.is_live
+        ]
         config = load_job(args, [*shard, *files]) if files else config
     display = ProgressDisplay(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     job = start(config, log_level=level, log_format=args.log_format)
-    handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        report = display.follow(job)  # a bar, and a line per source with its recent rate and state
+        with stop_on_signals(job):
+            report = display.follow(job)  # a bar, and a line per source with its recent rate and state
     finally:
         display.end()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
     _summary(report, args.log_format)
     return report.exit_code
+
+
+@contextlib.contextmanager
+def stop_on_signals(job: Job) -> Iterator[None]:
+    """SIGINT and SIGTERM stop `job` while the block runs: the first drains, a second stops at once.
+    Installed here, on the main thread, the only one Python lets install a handler; the handler runs
+    there between the short waits of `Job.wait` and hands the stop to the hub's own thread
+    (`framewire-hub`). The handlers it replaced come back after the block."""
+    handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _summary(report: Report, log_format: str) -> None:
@@ -214,27 +252,48 @@ def _summary(report: Report, log_format: str) -> None:
     restarts = sum(report.restarts.values())
     sources = {}
     for source_id, frames in report.frames.items():
-        counts = {"frames": frames, "read": report.read.get(source_id, frames), "dropped": report.dropped.get(source_id, 0),
-                  "failed": report.failed.get(source_id, 0), "error": report.source_errors.get(source_id)}  # fmt: skip
+        counts = {
+            "frames": frames,
+            "read": report.read.get(source_id, frames),
+            "dropped": report.dropped.get(source_id, 0),
+            "failed": report.failed.get(source_id, 0),
+            "error": report.source_errors.get(source_id),
+        }
         sources[source_id] = counts
         extra = [f"{counts['read']} read"] if counts["read"] != frames else []
         extra += [f"{counts[k]} {k}" for k in ("dropped", "failed") if counts[k]]
         extra += ["error"] if source_id in report.source_errors else []
         if log_format != "json":
-            print(f"{source_id}: {frames} frames" + (f" ({', '.join(extra)})" if extra else ""), file=sys.stderr)
+            print(
+                f"{source_id}: {frames} frames" + (f" ({', '.join(extra)})" if extra else ""), file=sys.stderr
+            )
     if log_format != "json":
         for name, c in report.outputs.items():  # the sinks' totals: what reached the broker, what did not
-            print(f"{name}: {c.get('delivered', 0)} delivered of {c.get('queued', 0)} queued, {c.get('dropped', 0)} "
-                  f"dropped, {c.get('failed', 0)} failed, {c.get('reconnects', 0)} reconnect(s)", file=sys.stderr)  # fmt: skip
+            print(
+                f"{name}: {c.get('delivered', 0)} delivered of {c.get('queued', 0)} queued, "
+                f"{c.get('dropped', 0)} dropped, {c.get('failed', 0)} failed, "
+                f"{c.get('reconnects', 0)} reconnect(s)",
+                file=sys.stderr,
+            )
     line = (
         f"framewire: {total} frames in {report.elapsed_s:.1f} s ({fps:.1f} fps)"
         + (f", {restarts} worker restart(s)" if restarts else "")
         + (", stopped early" if report.stopped else "")
     )
     if log_format == "json":
-        _json_line("INFO", line, event="summary", frames=total, elapsed_s=round(report.elapsed_s, 3),
-                   fps=round(fps, 2), restarts=restarts, stopped=report.stopped, exit_code=report.exit_code,
-                   sources=sources, outputs=report.outputs)  # fmt: skip
+        _json_line(
+            "INFO",
+            line,
+            event="summary",
+            frames=total,
+            elapsed_s=round(report.elapsed_s, 3),
+            fps=round(fps, 2),
+            restarts=restarts,
+            stopped=report.stopped,
+            exit_code=report.exit_code,
+            sources=sources,
+            outputs=report.outputs,
+        )
     else:
         print(line, file=sys.stderr)
     if report.exit_code:
@@ -253,8 +312,14 @@ def _json_line(level: str, message: str, **fields: Any) -> None:
     """One JSON object on stderr, with the keys of the JSON log lines (pipeline.logs) and `fields`."""
     from datetime import datetime, timezone
 
-    entry = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), "level": level,
-             "process": "supervisor", "logger": "framewire.cli", "message": message, **fields}  # fmt: skip
+    entry = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "level": level,
+        "process": "supervisor",
+        "logger": "framewire.cli",
+        "message": message,
+        **fields,
+    }
     print(json.dumps(entry, ensure_ascii=False), file=sys.stderr, flush=True)
 
 
@@ -266,13 +331,22 @@ def _subscribe(args: argparse.Namespace) -> int:
     if args.save_images:
         os.makedirs(args.save_images, exist_ok=True)
     received = 0
-    with Client(args.endpoint, mode=args.mode, topics=(args.topic,), server_key=args.server_key,
-                client_key=args.client_key, watch=True) as client:  # fmt: skip
+    with Client(
+        args.endpoint,
+        mode=args.mode,
+        topics=(args.topic,),
+        server_key=args.server_key,
+        client_key=args.client_key,
+        watch=True,
+    ) as client:
         try:
-            for message in client.messages(until_eos=args.until_eos, timeout=args.timeout or None,
-                                           count=args.count or None):  # fmt: skip
+            for message in client.messages(
+                until_eos=args.until_eos, timeout=args.timeout or None, count=args.count or None
+            ):
                 if isinstance(message, FrameRecord) and message.jpeg is not None and args.save_images:
-                    Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(message.jpeg)
+                    Path(args.save_images, f"{message.source}-{message.seq:06d}.jpg").write_bytes(
+                        message.jpeg
+                    )
                 print(json.dumps(message.header, separators=(",", ":")), flush=True)
                 received += 1
         except KeyRefused as exc:
@@ -280,8 +354,11 @@ def _subscribe(args: argparse.Namespace) -> int:
         finally:
             if client.lost:
                 per_source = ", ".join(f"{s}: {n}" for s, n in sorted(client.lost_by_source.items()))
-                print(f"framewire: {client.lost} message(s) lost: this subscriber fell behind the pub "
-                      f"output ({per_source})", file=sys.stderr)  # fmt: skip
+                print(
+                    f"framewire: {client.lost} message(s) lost: this subscriber fell behind the pub "
+                    f"output ({per_source})",
+                    file=sys.stderr,
+                )
         if not received and client.link is not None:  # the idle timeout ran out (none: it waits)
             why = _why_nothing(client.link.update(), args)
             raise FramewireError(f"subscribe: nothing from {args.endpoint} in {args.timeout:g} s: {why}")
@@ -325,7 +402,8 @@ def _key_hint(args: argparse.Namespace) -> str:
     if args.client_key:
         return f" (the public half of {args.client_key} is not in the output's curve_clients folder)"
     return (
-        " (a fresh pair: pass --client-key, a secret key whose public half is in the output's curve_clients folder)"
+        " (a fresh pair: pass --client-key, a secret key whose public half is in the output's"
+        " curve_clients folder)"
     )
 
 

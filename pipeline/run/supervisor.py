@@ -4,9 +4,13 @@
 outputs will bind are free, and binds the hub (pipeline.hub.core.Hub, which runs the frames) and
 the HTTP server (pipeline.ops). An address in use fails there, in one line that
 names it and its config key. `run()` then removes the pools that killed daemons left behind, starts
-the workers, turns the hub until every source is done, drains on SIGINT/SIGTERM or `request_stop`,
-stops everything and returns the `Report`. The metrics watch the hub as its
-observer (pipeline.ops.telemetry.Telemetry).
+the workers, turns the hub until every source is done, drains on `request_stop`, stops everything
+and returns the `Report`. The metrics watch the hub as its observer (pipeline.ops.telemetry.Telemetry).
+
+`run()` turns on whichever thread calls it (`framewire.start` gives it the `framewire-hub` thread)
+and leaves the process's signal handlers alone: only the main thread can install one, so the owner
+of the main thread maps SIGINT/SIGTERM to `request_stop` (the command line: `framewire.cli`'s
+`stop_on_signals`).
 """
 
 from __future__ import annotations
@@ -14,10 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -104,7 +107,6 @@ class Supervisor:
     def run(self) -> Report:
         """Start the workers, run the job to its end, stop everything; the report says how it went."""
         started = time.monotonic()
-        old_handlers = _install_signals(self.request_stop)
         try:
             orphans = sweep_orphans()
             if orphans:
@@ -119,8 +121,6 @@ class Supervisor:
         finally:
             self.telemetry.live.tick(self._hub.inputs, force=True)  # the sources' final states
             self._close()
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
             self.report.elapsed_s = time.monotonic() - started
         self._hub.fold_into(self.report)
         self.report.conclude()
@@ -199,14 +199,3 @@ def check_free(binds: Sequence[tuple[str, str]]) -> None:
                 sock.close(linger=0)
     finally:
         ctx.term()  # waits for the listeners to close: the addresses are free again on return
-
-
-def _install_signals(stop: Callable[[], None]) -> dict[int, Any]:
-    """SIGINT and SIGTERM ask for a drain, then a hard stop; returns the handlers they replace."""
-    old: dict[int, Any] = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda signum, frame: stop())
-    except ValueError:  # not the main thread (tests): the caller uses request_stop
-        pass
-    return old

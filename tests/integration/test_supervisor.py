@@ -323,3 +323,33 @@ def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_pa
         assert time.monotonic() - started < 2.0
     assert failed.value.exit_code == 1
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_the_hub_turns_in_its_own_thread_and_a_signal_to_the_main_thread_drains_it(tmp_path: Path) -> None:
+    """`framewire.start`'s hub runs in the `framewire-hub` thread, where no signal handler can be
+    installed, and leaves the handlers alone; the command line's, installed on the main thread
+    (`stop_on_signals`), hands SIGTERM over: the job drains, every output closes, the handlers come back."""
+    import threading
+
+    from framewire.cli import stop_on_signals
+    from framewire.runner import Job
+
+    seen: list[tuple[str, Any]] = []
+
+    def progress(done: int, total: int | None) -> None:
+        if done >= 10 and not seen:
+            seen.append((threading.current_thread().name, signal.getsignal(signal.SIGTERM)))
+            os.kill(os.getpid(), signal.SIGTERM)  # to this process: only the main thread's handler runs it
+
+    before = signal.getsignal(signal.SIGTERM)
+    job = Job(make_plan(tmp_path, {"a": 100000}, source_kwargs={"a": {"delay_s": 0.001}}), progress)
+    with stop_on_signals(job):
+        installed = signal.getsignal(signal.SIGTERM)
+        report = job.wait(60)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert seen == [("framewire-hub", installed)] and installed is not before
+    assert report.exit_code == 0, report.error
+    assert report.stopped
+    recs = records(tmp_path, "a")
+    assert [r["seq"] for r in recs] == list(range(len(recs))) and len(recs) >= 10
+    assert (tmp_path / "a.closed").exists()
