@@ -9,7 +9,7 @@ as `model.path` of any config:
   loader rewrites it for dynamic batching, as for the fp32 model);
 - the opset is raised to 13 when lower (per-channel QDQ needs `axis` on DequantizeLinear).
 
-What is quantised was chosen by measurement (docs/benchmarks.md, "INT8 on the CPU"): activations
+What is quantised was chosen by measurement (docs/results/history.md, "INT8 on the CPU"): activations
 uint8 and weights int8 (the u8s8 kernels of ONNX Runtime's MLAS; int8 activations measured slower,
 the QOperator format no faster), weights symmetric and per output channel (more accurate than per
 tensor at the same speed). MLAS's int8 convolutions read their input through a buffer of pointers, one per

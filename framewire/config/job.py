@@ -55,7 +55,7 @@ class StagesConfig(_Model):
         "video output (x264 takes them as they are: two full-frame conversions fewer) or the model "
         "scales a source's frames to half or a third (1280x720 or 1920x1080 to 640x360: the planes are "
         "scaled, then converted at the model's size); else BGR. The model sees the same pixels "
-        "either way, within a level. bgr: always BGR (docs/benchmarks.md, framewire's own cost).",
+        "either way, within a level. bgr: always BGR (docs/results/history.md, Page faults).",
     )
     stall_timeout_s: float | None = Field(
         default=60.0,

@@ -56,7 +56,7 @@ class VideoFileOutput(OutputConfig):
         description="x264's threads: N, 0 (x264's own choice: 1.5 a core), or auto: 1 when the job's "
         "processes (a decode per source, the infer workers, the outputs) already fill the cores, "
         "else x264's choice. Its threads cost 20-40% more CPU for the same frames; on a machine the "
-        "job keeps busy they only take it from the other stages (docs/benchmarks.md).",
+        "job keeps busy they only take it from the other stages (docs/results/history.md).",
     )
     audio: bool = Field(
         default=True,

@@ -202,7 +202,7 @@ class VideoFileWriter:
         """The encoder's input frame for an I420 array: its memory as it is where the encoder copies
         the picture in before `encode` returns (x264 and x265 do, into their own frames), so the
         frame-pool slot can be written again once the output has written it; a copy otherwise.
-        The copy cost the 720p file job's output process 0.3-0.4 ms a frame (docs/benchmarks.md)."""
+        The copy cost the 720p file job's output process 0.3-0.4 ms a frame (docs/results/history.md)."""
         if self.codec in COPIES_INPUT and planar.shape[0] % 6 == 0 and planar.flags.c_contiguous:
             # PyAV reads the picture's height as rows * 2 / 3 rounded down to a multiple of 4:
             # right only for heights that are multiples of 4 (rows a multiple of 6).

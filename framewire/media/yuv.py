@@ -1,7 +1,7 @@
 """Frames kept as YUV 4:2:0 (I420) instead of BGR, for jobs whose every stage takes them
 (`framewire.app.compose.yuv_frames`): a face-blur job that writes H.264 skips the conversion back
-from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/benchmarks.md, framewire's own
-cost); the model's input is converted from the planes as the decoder would have.
+from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/results/history.md,
+framewire's own cost); the model's input is converted from the planes as the decoder would have.
 
 An I420 image is one C-contiguous uint8 array of (height * 3 / 2, width): the Y plane's rows, then
 the U plane's and the V plane's (each a quarter of Y), as OpenCV's COLOR_YUV2BGR_I420 and PyAV's
@@ -94,7 +94,7 @@ def to_bgr_resized(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     gives with INTER_LINEAR, within a level but for colours at the edge of the gamut (the conversion
     clips them before the scaling, this after it). Where `size` is half the picture's or a third of
     it (1280x720 or 1920x1080 to 640x360), the planes are scaled first and converted at the small
-    size, for about half the cost (docs/benchmarks.md); other sizes go through `to_bgr`.
+    size, for about half the cost (docs/results/history.md); other sizes go through `to_bgr`.
 
     It gives the model the same pixels, not other chroma: OpenCV's conversion takes each chroma
     sample for the 2x2 pixels it covers, INTER_LINEAR at these sizes takes every pixel from one

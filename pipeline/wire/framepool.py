@@ -29,7 +29,7 @@ class Region:
     @property
     def nbytes(self) -> int:
         # math.prod, not np.prod: every view() of a slot asks, and np.prod makes an array first
-        # (6.5 against 2 us a view, bench budget's profile; docs/benchmarks.md).
+        # (6.5 against 2 us a view, bench budget's profile; docs/results/history.md).
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
 

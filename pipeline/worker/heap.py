@@ -7,7 +7,7 @@ of its own: 128 KB at first), and serves blocks over its mmap threshold from a m
 own, unmapped on free. A frame's temporaries, freed together at its end, make such a block, and
 the next frame faults every one of their pages in again, each zeroed by the kernel: 700 page faults
 a 720p frame in the model's preprocessing alone, which took 3.8 ms a frame instead of 1.6
-(docs/benchmarks.md, framewire's own cost). Here both thresholds are set once in each worker:
+(docs/results/history.md, "Page faults"). Here both thresholds are set once in each worker:
 blocks up to 32 MB (glibc's largest mmap threshold) come from the heap, and the heap keeps up to
 256 MB of free memory at its top. A worker's memory then stays at its peak, what its next frame
 needs anyway.

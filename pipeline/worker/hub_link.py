@@ -136,7 +136,7 @@ class SupervisorWatch:
 
     def gone(self) -> bool:
         # The decode loop asks once a frame; reading /proc each time was a third of its own Python
-        # time (bench budget's profile, docs/benchmarks.md). A supervisor seen alive is taken as
+        # time (bench budget's profile, docs/results/history.md). A supervisor seen alive is taken as
         # alive for CHECK_S more: an orphan still leaves, at most that much later.
         now = time.monotonic()
         if now < self._alive_until:
