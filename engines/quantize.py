@@ -113,7 +113,8 @@ def _calibration_reader_base() -> type:
 class FeedReader(_calibration_reader_base()):  # type: ignore[misc]
     """ONNX Runtime's `CalibrationDataReader` over an iterator of model feeds (`{input name: array}`).
 
-    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it `framewire.app.engine_inputs.task_feeds(...)`.
+    Any iterable works, so tests feed it hand-made arrays and the CLI feeds it
+    `framewire.app.engine_inputs.task_feeds(...)`.
     `count` says how many feeds were handed out; `limit` stops after that many.
     """
 

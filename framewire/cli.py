@@ -14,15 +14,13 @@ failure, 2 bad config or usage.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import logging
 import os
-import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
     from framewire.pipeline.wire.linkwatch import LinkState
     from framewire.app.compose import Task
     from framewire.pipeline.plan import Report
-    from framewire.runner import Job
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
@@ -59,6 +56,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"framewire {_version()}")
     sub = parser.add_subparsers(dest="command")
 
+    _add_run(sub)
+    _add_subscribe(sub)
+
+    keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
+    keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
+    keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
+    keys.add_argument(
+        "--force", action="store_true", help="overwrite a pair of that name (its clients lose it)"
+    )
+
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        module.register(sub, add_config_args)
+    for command in sub.choices.values():
+        if "-" in command.prefix_chars:  # not `bench`, which hands its arguments on as they are
+            _global_flags(command, defaults=False)
+    return parser
+
+
+def _add_run(sub: Any) -> None:
+    """`run` and `validate`: a job's config, and how `run` shows and shards it."""
     run = sub.add_parser("run", help="run a job (the daemon) until its sources end or it is stopped")
     add_config_args(run)
     run.add_argument(
@@ -81,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a config and its model against its task")
     add_config_args(validate)
 
+
+def _add_subscribe(sub: Any) -> None:
+    """`subscribe`: print what a zmq output sends."""
     subscribe = sub.add_parser("subscribe", help="print what a zmq output sends")
     subscribe.add_argument("--endpoint", required=True, help="e.g. tcp://127.0.0.1:5560")
     subscribe.add_argument(
@@ -97,21 +118,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="CurveZMQ: this client's secret certificate (default: a new pair)",
     )
-
-    keys = sub.add_parser("keys", help="make a CurveZMQ certificate pair (NAME.key, NAME.key_secret)")
-    keys.add_argument("--dir", default="keys", help="folder to write into (default: %(default)s)")
-    keys.add_argument("--name", default="framewire", help="certificate name (default: %(default)s)")
-    keys.add_argument(
-        "--force", action="store_true", help="overwrite a pair of that name (its clients lose it)"
-    )
-
-    for module_name in MODULES:
-        module = importlib.import_module(module_name)
-        module.register(sub, add_config_args)
-    for command in sub.choices.values():
-        if "-" in command.prefix_chars:  # not `bench`, which hands its arguments on as they are
-            _global_flags(command, defaults=False)
-    return parser
 
 
 def _version() -> str:
@@ -208,7 +214,7 @@ def _run(args: argparse.Namespace, level: int) -> int:
 
     start_early(PRELOAD)  # the workers' imports run beside the config's loading and checking (below)
     from framewire.app.progress import ProgressDisplay
-    from framewire.runner import start
+    from framewire.runner import start, stop_on_signals
 
     shard = [f"fleet.shard={args.shard}"] if getattr(args, "shard", None) else []
     config = load_job(args, shard)
@@ -228,20 +234,6 @@ def _run(args: argparse.Namespace, level: int) -> int:
         display.end()
     _summary(report, args.log_format)
     return report.exit_code
-
-
-@contextlib.contextmanager
-def stop_on_signals(job: Job) -> Iterator[None]:
-    """SIGINT and SIGTERM stop `job` while the block runs: the first drains, a second stops at once.
-    Installed here, on the main thread, the only one Python lets install a handler; the handler runs
-    there between the short waits of `Job.wait` and hands the stop to the hub's own thread
-    (`framewire-hub`). The handlers it replaced come back after the block."""
-    handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 def _summary(report: Report, log_format: str) -> None:

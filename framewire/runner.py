@@ -2,8 +2,9 @@
 
 The command line (`framewire run`), `framewire.Pipeline` and the benchmarks all make this call: a
 validated config goes in, a handle comes back while the job runs in its own processes, with its hub
-on a thread of this one. Nothing here exits the process or touches its signal handlers: the command
-line maps SIGINT/SIGTERM to `Job.stop()` and a Report or an error to an exit code.
+on a thread of this one. Nothing here exits the process, and nothing touches its signal handlers
+unless asked: the command line maps SIGINT/SIGTERM to `Job.stop()` (`stop_on_signals`, on its main
+thread) and a Report or an error to an exit code.
 
     import framewire
 
@@ -14,17 +15,19 @@ line maps SIGINT/SIGTERM to `Job.stop()` and a Report or an error to an exit cod
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from framewire.config import Config
 from framewire.pipeline.errors import JobFailed, JobTimeout
 from framewire.pipeline.plan import Plan, Report
 
-__all__ = ["Job", "start"]
+__all__ = ["Job", "start", "stop_on_signals"]
 
 Progress = Callable[[int, int | None], None]
 
@@ -70,7 +73,9 @@ class Job:
         that stopped the hub itself."""
         deadline = None if timeout is None else time.monotonic() + timeout
         # Short waits: a signal handler of the main thread (the command line's) runs between them.
-        while not self._done.wait(0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))):
+        while not self._done.wait(
+            0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+        ):
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobTimeout(f"the job is still running after {timeout:g} s")
         self._thread.join()
@@ -130,3 +135,17 @@ def start(
     start_early(PRELOAD)  # the workers' imports run while the plan is checked
     config = fleet.local_part(config)  # a static shard: this replica's sources alone (no other is opened)
     return Job(fleet.joined(build_plan(config, log_level=log_level, log_format=log_format), config), progress)
+
+
+@contextlib.contextmanager
+def stop_on_signals(job: Job) -> Iterator[None]:
+    """SIGINT and SIGTERM stop `job` while the block runs: the first drains, a second stops at once.
+    Installed here, on the main thread, the only one Python lets install a handler; the handler runs
+    there between the short waits of `Job.wait` and hands the stop to the hub's own thread
+    (`framewire-hub`). The handlers it replaced come back after the block."""
+    handlers = {sig: signal.signal(sig, lambda *_: job.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

@@ -100,7 +100,9 @@ class VideoFileOutput(OutputConfig):
     def _segments(self) -> VideoFileOutput:
         names = {name for name, _ in paths.fields(self.path)}
         if self.segment_s is not None and not names & {"index", "start"}:
-            raise ValueError(f"path: {self.path!r} needs {{index}} or {{start}} with segment_s (one file per segment)")
+            raise ValueError(
+                f"path: {self.path!r} needs {{index}} or {{start}} with segment_s (one file per segment)"
+            )
         keep = [k for k in ("keep_segments", "keep_bytes", "keep_age_s") if getattr(self, k) is not None]
         if keep and self.segment_s is None:
             raise ValueError(f"{keep[0]}: retention needs segment_s (it deletes old segments)")
@@ -110,7 +112,9 @@ class VideoFileOutput(OutputConfig):
 class JsonlOutput(OutputConfig):
     """A JSON Lines file per source: one record per frame, and the events."""
 
-    kind: Literal["jsonl"] = Field(description="One JSON record per frame (and the events, such as closed segments).")
+    kind: Literal["jsonl"] = Field(
+        description="One JSON record per frame (and the events, such as closed segments)."
+    )
     path: str = Field(
         description="Output file; `{source_id}` is replaced by the source's id. A source id added again "
         "while the job runs (POST /sources after the first one ended) writes a new file beside the "
@@ -139,7 +143,9 @@ class ZmqOutput(OutputConfig):
     )
     jpeg: bool = Field(default=False, description="Append the composited frame as a JPEG part.")
     jpeg_quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
-    hwm: int = Field(default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks.")
+    hwm: int = Field(
+        default=1000, ge=1, description="Messages queued per peer before pub drops / push blocks."
+    )
     wait_subscribers: int = Field(
         default=0,
         ge=0,

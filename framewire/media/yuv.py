@@ -135,9 +135,7 @@ def _chroma_picks(length: int, scaled: int) -> np.ndarray | None:
     return None
 
 
-def plane_boxes(
-    image: np.ndarray, x0: int, y0: int, x1: int, y1: int
-) -> Iterator[tuple[np.ndarray, float]]:
+def plane_boxes(image: np.ndarray, x0: int, y0: int, x1: int, y1: int) -> Iterator[tuple[np.ndarray, float]]:
     """The box (x0, y0)-(x1, y1) of the picture in each plane of an I420 array, with the plane's
     scale (1 for Y, 0.5 for U and V): what a composite does to a box it does to each of these."""
     for index, plane in enumerate(planes(image)):

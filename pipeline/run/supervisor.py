@@ -9,8 +9,8 @@ and returns the `Report`. The metrics watch the hub as its observer (pipeline.op
 
 `run()` turns on whichever thread calls it (`framewire.start` gives it the `framewire-hub` thread)
 and leaves the process's signal handlers alone: only the main thread can install one, so the owner
-of the main thread maps SIGINT/SIGTERM to `request_stop` (the command line: `framewire.cli`'s
-`stop_on_signals`).
+of the main thread maps SIGINT/SIGTERM to `request_stop` (the command line does, with
+`framewire.runner.stop_on_signals`).
 """
 
 from __future__ import annotations

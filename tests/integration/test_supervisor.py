@@ -325,14 +325,16 @@ def test_an_address_in_use_fails_the_supervisor_before_any_process_starts(tmp_pa
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 
-def test_the_hub_turns_in_its_own_thread_and_a_signal_to_the_main_thread_drains_it(tmp_path: Path) -> None:
+def test_the_hub_turns_in_its_own_thread_and_a_signal_to_the_main_thread_drains_it(
+    tmp_path: Path,
+) -> None:
     """`framewire.start`'s hub runs in the `framewire-hub` thread, where no signal handler can be
     installed, and leaves the handlers alone; the command line's, installed on the main thread
-    (`stop_on_signals`), hands SIGTERM over: the job drains, every output closes, the handlers come back."""
+    (`stop_on_signals`), hands SIGTERM over: the job drains, every output closes, the handlers
+    come back."""
     import threading
 
-    from framewire.cli import stop_on_signals
-    from framewire.runner import Job
+    from framewire.runner import Job, stop_on_signals
 
     seen: list[tuple[str, Any]] = []
 

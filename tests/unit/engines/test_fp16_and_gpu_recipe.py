@@ -35,7 +35,9 @@ def test_fp16_keeps_fp32_inputs_and_outputs_and_runs_on_the_cpu(conv_model: Path
     half = OnnxRuntimeEngine(str(out), dynamic_axes={"x": (2, 3)})
     full = OnnxRuntimeEngine(str(conv_model), dynamic_axes={"x": (2, 3)})
     for seed in range(3):
-        np.testing.assert_allclose(half.infer({"x": _x(seed)})["y"], full.infer({"x": _x(seed)})["y"], atol=2e-3)
+        np.testing.assert_allclose(
+            half.infer({"x": _x(seed)})["y"], full.infer({"x": _x(seed)})["y"], atol=2e-3
+        )
 
 
 def test_fp16_refuses_a_model_that_is_int8_already(conv_model: Path, tmp_path: Path) -> None:

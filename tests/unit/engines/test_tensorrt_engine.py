@@ -208,7 +208,9 @@ def test_a_failed_capture_falls_back_to_plain_launches(
 
 def _pool(name: str, slots: int = 4) -> FramePool:
     """A real frame pool in /dev/shm whose "input" region holds one [1, 3, 16, 16] float frame."""
-    layout = PoolLayout.plan(f"framewire-test-{os.getpid()}-{name}", slots, {"input": ((1, 3, 16, 16), "float32")})
+    layout = PoolLayout.plan(
+        f"framewire-test-{os.getpid()}-{name}", slots, {"input": ((1, 3, 16, 16), "float32")}
+    )
     return FramePool.create(layout)
 
 
@@ -241,7 +243,9 @@ def test_a_frame_pool_is_pinned_when_added_and_copied_from_directly(
     engine.close()
 
 
-def test_every_pool_is_pinned_not_only_the_first_eight(dynamic_engine: Path, fake_cuda: FakeCudaRuntime) -> None:
+def test_every_pool_is_pinned_not_only_the_first_eight(
+    dynamic_engine: Path, fake_cuda: FakeCudaRuntime
+) -> None:
     pools = [_pool(f"n{i}") for i in range(10)]
     engine = TensorRTEngine(dynamic_engine)
     try:
@@ -375,6 +379,7 @@ def test_a_batch_stacked_in_the_input_buffer_is_copied_from_there_without_a_stag
     stacked = np.concatenate(frames, axis=0, out=buffer)
     copies: list[object] = []
     real_copyto = np.copyto
+
     def copyto(dst: np.ndarray, src: np.ndarray, **kw: object) -> None:
         copies.append(src)
         real_copyto(dst, src, **kw)  # type: ignore[arg-type]

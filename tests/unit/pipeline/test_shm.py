@@ -85,7 +85,9 @@ def test_sweep_removes_the_segment_of_a_sigkilled_owner_and_spares_a_live_one() 
 
 
 def test_sweep_reads_only_names_of_its_prefix_whose_pid_is_gone(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead_pid = int(done.stdout)
     orphan = tmp_path / segment_name(dead_pid, 1, "cam")
     mine = tmp_path / segment_name(os.getpid(), 1, "cam")

@@ -85,7 +85,12 @@ def test_a_tensorrt_engine_pins_the_pool_when_added_and_lets_it_go_when_removed(
 
     plan = tmp_path / "model.engine"
     plan.write_text(
-        json.dumps({"fake_trt_plan": 1, "inputs": [{"name": "x", "dtype": 0, "shape": [1, 3, 16, 16], "profile": None}]})
+        json.dumps(
+            {
+                "fake_trt_plan": 1,
+                "inputs": [{"name": "x", "dtype": 0, "shape": [1, 3, 16, 16], "profile": None}],
+            }
+        )
     )
     stage = Infer(_Task(), lambda index: TensorRTEngine(plan))  # type: ignore[arg-type]
     _start(stage)
@@ -157,7 +162,9 @@ def test_a_batch_of_pool_frames_is_stacked_straight_into_the_pinned_staging_buff
     frames = []
     for slot in range(3):
         pool.view(slot, "input")[...] = slot + 1.0
-        frame = Frame(source_id=f"s{slot}", seq=0, pts=0, time_s=0.0, width=16, height=16, slot=slot, pool=pool)
+        frame = Frame(
+            source_id=f"s{slot}", seq=0, pts=0, time_s=0.0, width=16, height=16, slot=slot, pool=pool
+        )
         frames.append(frame)
     stage.process_batch(frames)
     assert [x.shape[0] for x in seen] == [3]  # one inference for the three
