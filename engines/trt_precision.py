@@ -8,21 +8,37 @@ parsed model says of itself (Q/DQ nodes, fixed batches), the fp16 or Q/DQ int8 m
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from framewire.engines.trt_calibration import BatchFeeder, calibration_cache_file, make_calibrator
+from framewire.engines.trt_calibration import Batches, BatchFeeder, calibration_cache_file, make_calibrator
 from framewire.pipeline.errors import ConfigError
 
-if TYPE_CHECKING:
-    from framewire.engines.trt_build import BuildRequest
-
 log = logging.getLogger(__name__)
+
+
+class PrecisionRequest(Protocol):
+    """What these steps read of a build's request (`framewire.engines.trt_build.BuildRequest`)."""
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def calibration(self) -> Callable[[], Batches] | None: ...
+
+    @property
+    def calibration_id(self) -> str: ...
+
+    @property
+    def calibration_frames(self) -> int: ...
+
+    @property
+    def calibration_batch(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +77,7 @@ def model_info(data: bytes) -> ModelInfo:
     return ModelInfo(bool(qdq), symmetric, batch)
 
 
-def strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, directory: Path) -> bytes:
+def strongly_typed_model(request: PrecisionRequest, data: bytes, info: ModelInfo, directory: Path) -> bytes:
     """The model TensorRT 11 builds for `request.precision`: precision lives in the model."""
     if request.precision == "fp16":
         from framewire.engines.fp16 import convert_to_fp16
@@ -81,7 +97,7 @@ def strongly_typed_model(request: BuildRequest, data: bytes, info: ModelInfo, di
     return _quantize_for_tensorrt(request, data, info, cached)
 
 
-def _quantize_for_tensorrt(request: BuildRequest, data: bytes, info: ModelInfo, target: Path) -> bytes:
+def _quantize_for_tensorrt(request: PrecisionRequest, data: bytes, info: ModelInfo, target: Path) -> bytes:
     """Q/DQ int8 (symmetric, per-channel weights) calibrated on the CPU with ONNX Runtime on the
     request's calibration frames, one frame per feed, cached in `target`."""
     import tempfile
@@ -108,7 +124,7 @@ def int8_calibrator(
     trt: ModuleType,
     builder: Any,
     config: Any,
-    request: BuildRequest,
+    request: PrecisionRequest,
     data: bytes,
     info: ModelInfo,
     directory: Path,
