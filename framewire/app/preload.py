@@ -6,7 +6,7 @@ the infer worker alone.
 """
 
 PRELOAD = (
-    "framewire.app.compose",
+    "framewire.app.compose.plan",
     "framewire.engines.onnxruntime",
     "onnx",
     "framewire.engines.trt_build",

@@ -1,5 +1,5 @@
 """Frames kept as YUV 4:2:0 (I420) instead of BGR, for jobs whose every stage takes them
-(`framewire.app.compose.yuv_frames`): a face-blur job that writes H.264 skips the conversion back
+(`framewire.app.compose.frames.yuv_frames`): a face-blur job that writes H.264 skips the conversion back
 from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/benchmarks.md, framewire's own
 cost); the model's input is converted from the planes as the decoder would have.
 

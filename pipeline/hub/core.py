@@ -24,6 +24,7 @@ import numpy as np
 import zmq
 
 from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
@@ -31,15 +32,10 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
-from framewire.pipeline.names import TRACK, shows_output
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
 log = logging.getLogger(__name__)
-
-# The slot regions a finished frame holds, for the frame tap: the composite stage writes `output`.
-_DECODED = frozenset({"image"})
-_COMPOSITED = frozenset({"image", "output"})
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 TICK_MS = 50
@@ -76,7 +72,13 @@ class Hub:
         self.ctx = zmq.Context()
         self.sock = _router(self.ctx, endpoint)
         self.roster = Roster({name: [] for name in plan.stage_names + plan.output_names})
-        self.router = Router(plan.stage_names, plan.output_names, ordered=plan.ordered, on_done=self._frame_done)
+        self.router = Router(
+            plan.stage_names,
+            plan.output_names,
+            ordered=[s.name for s in plan.middle if s.ordered],
+            sheds=[s.name for s in plan.middle if s.sheds],
+            on_done=self._frame_done,
+        )
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
         self.inputs = Inputs(plan, self.router, self.lifecycle)
         self.events = Events(observer, self.roster, plan, self.known_sources)
@@ -218,10 +220,10 @@ class Hub:
             return
         header.pop("type", None)
         header.pop("stage", None)
-        members = self.plan.members.get(peer.stage, (peer.stage,))
-        for stage in members:
+        spec = self.plan.spec(peer.stage)
+        for stage in spec.runs:
             self.observer.on_stage_done(key.source, stage, result.span(stage))
-        if TRACK in members:
+        if spec.feeds_tracks:
             self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors))
 
@@ -275,8 +277,8 @@ class Hub:
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
         if self.tap is not None and record.pool is not None:
-            composited = shows_output(state.header.get("ts") or {}, state.header.get("meta"))  # as the outputs tell
-            self.tap.frame_done(key.source, record.pool, state.slot, _COMPOSITED if composited else _DECODED)
+            shown = shown_region(state.header.get("meta"))  # as the outputs show it
+            self.tap.frame_done(key.source, record.pool, state.slot, frozenset({IMAGE, shown}))
         record.give_slot(state.slot)
         self.done_total += 1
         if self.progress is not None:

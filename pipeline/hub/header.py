@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from framewire.pipeline.names import DECODE
+from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.wire.messages import WireError
 
 NO_SPANS: Mapping[str, Any] = {}

@@ -19,7 +19,7 @@ from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.worker.hub_link import WorkerSpec
 from framewire.pipeline.plan import Plan, SourcePlan
-from framewire.pipeline.names import DECODE
+from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster, Send
 from framewire.pipeline.worker.decode import source_main
 from framewire.pipeline.worker.stage import worker_main
@@ -80,7 +80,8 @@ class Lifecycle:
             index=index,
             generation=generation,
             endpoint=self.endpoint,
-            credits=self.plan.credits_for(stage),
+            credits=self.plan.credits_per_worker if source is not None else self.plan.credits_for(stage),
+            skips_stale=source is None and self.plan.spec(stage).skips_stale,
             factory=factory,
             log_level=self.plan.log_level,
             log_format=self.plan.log_format,
@@ -126,7 +127,7 @@ class Lifecycle:
     def schedule_restart(self, peer: LocalPeer, how: str) -> float:
         """A stage worker died: start it again after a backoff (returned, in seconds). Raises
         JobFailed when its stage is not restartable (an output) or keeps dying."""
-        if peer.stage not in self.plan.restartable:
+        if self.plan.spec(peer.stage).writes_output:
             raise JobFailed(f"{peer.name} worker died ({how})")
         now = time.monotonic()
         recent = [t for t in self._deaths.get(peer.stage, []) if now - t < RESTART_WINDOW_S]
