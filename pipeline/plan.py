@@ -136,7 +136,7 @@ class Plan:
     restart_backoff_s: tuple[float, float] = (0.1, 5.0)
     """First and longest delay before a dead worker is started again; doubles each time."""
     stall_timeout_s: float | None = None
-    """A local worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
+    """A worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
     preload: tuple[str, ...] = ()
     """Modules every worker imports, imported once in the fork server that starts them."""
     binds: tuple[tuple[str, str], ...] = ()

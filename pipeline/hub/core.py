@@ -30,7 +30,7 @@ from framewire.pipeline.hub.header import FrameKey, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
+from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
@@ -144,7 +144,7 @@ class Hub:
             self._handle(parts)
 
     def _handle(self, parts: list[Any]) -> None:
-        """A message from a local worker: a decode worker's to the inputs, a stage worker's here."""
+        """A message from a worker: a decode worker's to the inputs, a stage worker's here."""
         identity = parts[0]
         try:
             header, tensors = msg.decode(parts[1:])
@@ -170,7 +170,7 @@ class Hub:
             for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
                 peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
 
-    def _from_stage(self, peer: LocalPeer, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def _from_stage(self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         if kind == msg.READY:
             self.on_ready(peer, header)
         elif kind == msg.RESULT:
@@ -193,7 +193,7 @@ class Hub:
 
     # --- a stage worker's answers --------------------------------------------------------------
 
-    def on_ready(self, peer: LocalPeer, header: dict[str, Any]) -> None:
+    def on_ready(self, peer: StageWorker, header: dict[str, Any]) -> None:
         peer.announce(int(header.get("credits", 1)))
         provider = header.get("provider")
         if isinstance(provider, str):
@@ -204,7 +204,7 @@ class Hub:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
         self._grant_when_ready()
 
-    def on_result(self, peer: LocalPeer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def on_result(self, peer: StageWorker, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         key = result.key
         peer.give_back(key)
         if key not in self.router.frames:
@@ -227,7 +227,7 @@ class Hub:
             self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors))
 
-    def on_failed(self, peer: LocalPeer, key: FrameKey, error: str) -> None:
+    def on_failed(self, peer: StageWorker, key: FrameKey, error: str) -> None:
         peer.give_back(key)
         if key not in self.router.frames:
             return
@@ -241,13 +241,13 @@ class Hub:
         self.observer.on_failed(key.source, peer.stage)
         self.router.fail(key, peer.stage, error)
 
-    def on_closed(self, peer: LocalPeer, source: str) -> None:
+    def on_closed(self, peer: StageWorker, source: str) -> None:
         """An output closed a source's files (a stage that keeps per-source state let go of it)."""
         record = self.inputs.sources.get(source)
         if record is not None and peer.stage in self.router.outputs:
             record.closed.add(peer.stage)
 
-    def on_status(self, peer: LocalPeer, header: dict[str, Any]) -> None:
+    def on_status(self, peer: StageWorker, header: dict[str, Any]) -> None:
         """A worker's backend stopped or started answering (readiness, metrics; a worker that waits
         for it is not hung), or sent the backend's own counters."""
         if "available" in header:
@@ -259,11 +259,11 @@ class Hub:
         if isinstance(times, dict):
             self.observer.on_backend_times(peer.stage, str(header.get("model", "")), times)
 
-    def on_event(self, peer: LocalPeer, event: Any) -> None:
+    def on_event(self, peer: StageWorker, event: Any) -> None:
         """An output's announcement: logged, counted, and passed to every output (hub.events)."""
         self.events.on_event(peer.stage, event)
 
-    def requeue(self, peer: LocalPeer) -> list[FrameKey]:
+    def requeue(self, peer: StageWorker) -> list[FrameKey]:
         """The frames a dead worker held go to the next worker of its stage."""
         return self.router.requeue(peer.stage, peer)
 
@@ -296,7 +296,7 @@ class Hub:
     # --- sending -------------------------------------------------------------------------------
 
     def _send(self, identity: bytes, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
-        """To a local worker; False when it is not connected (yet, or any more: its death is handled)."""
+        """To a worker; False when it is not connected (yet, or any more: its death is handled)."""
         try:
             msg.send(self.sock, msg.encode(header, dict(tensors or {})), prefix=(identity,))
             return True

@@ -62,7 +62,7 @@ class FrameState:
 
 
 class Assignee(Protocol):
-    """What routing needs of a worker (hub.peers.LocalPeer)."""
+    """What routing needs of a worker (hub.peers.StageWorker)."""
 
     @property
     def available(self) -> bool: ...

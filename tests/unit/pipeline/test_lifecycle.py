@@ -11,7 +11,7 @@ from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.plan import Plan, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle, exit_text
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
+from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.header import FrameKey
 
 pytestmark = pytest.mark.timeout(30)
@@ -83,7 +83,7 @@ def test_a_dead_worker_comes_back_after_a_doubling_backoff_as_a_new_generation()
     assert len(started) == 1  # not yet
     life.restart_due(now=float("inf"))
     again = life.roster.of("infer")[0]
-    assert isinstance(again, LocalPeer) and again.spec.generation == 1 and again.index == 0
+    assert isinstance(again, StageWorker) and again.spec.generation == 1 and again.index == 0
     assert life.schedule_restart(again, "exit code 1") == pytest.approx(0.2)
 
 
