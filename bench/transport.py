@@ -47,8 +47,7 @@ from framewire.components import Stage
 # this benchmark measures the hub's own wire, its frame pool, messages and supervisor, which no user
 # drives directly, and the TensorRT backend's copies from a pool to the GPU (`cuda`).
 from framewire.engines import cuda
-from framewire.pipeline.stagespec import StageSpec
-from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.plan import Plan, SourcePlan, StageSpec  # the Plan's own element type
 from framewire.pipeline.run.supervisor import Supervisor
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout

@@ -139,16 +139,17 @@ def _preprocess(config: Config, own_input: int = 0) -> Stage:
     return _scheduled(config, Preprocess(build_task(config), own_input))
 
 
-def _engine(config: Config, index: int = 0) -> Engine:
-    task = build_task(config)
+def _engine(config: Config, task: Task, index: int = 0) -> Engine:
+    """The infer stage's engine, opened in its worker for `task` (the stage's own)."""
     axes = engine_axes(config, task)
     return open_engine(config.engine, config.model.path, axes, engine_options(config, task, index))
 
 
 def _infer(config: Config) -> Stage:
+    task = build_task(config)
     infer = Infer(
-        build_task(config),
-        functools.partial(_engine, config),
+        task,
+        functools.partial(_engine, config, task),
         max_batch=config.engine.max_batch,
         max_delay_ms=config.engine.max_delay_ms,
     )
