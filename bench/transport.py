@@ -449,7 +449,8 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
 
     folder = tempfile.mkdtemp(prefix="fw-hub-")
     latencies_path = os.path.join(folder, "latencies.json")
-    middle = tuple(  # as the default job's specs say: the model's stage sheds, the stages up to it skip stale frames
+    # As the default job's specs say: the model's stage sheds, the stages up to it skip stale frames.
+    middle = tuple(
         StageSpec(name, 2 if name == "infer" else 1, functools.partial(_noop), sheds=name == "infer",
                   skips_stale=name in ("preprocess", "infer"))
         for name in ("preprocess", "infer", "postprocess", "composite")

@@ -41,7 +41,8 @@ class Facts:
 
     def merged(self, other: Facts) -> Facts:
         """What one process running both stages does: each flag of either."""
-        return Facts(*(a or b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
+        return Facts(*(a or b for a, b in pairs))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import zmq
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
-from framewire.pipeline.hub.header import FrameKey, ResultHeader
+from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
@@ -170,9 +170,11 @@ class Hub:
             for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
                 peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
 
-    def _from_stage(self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def _from_stage(
+        self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> None:
         if kind == msg.READY:
-            self.on_ready(peer, header)
+            self.on_ready(peer, ReadyHeader.read(header))
         elif kind == msg.RESULT:
             self.on_result(peer, ResultHeader.read(header), header, tensors)
         elif kind == msg.FAILED:
@@ -193,18 +195,19 @@ class Hub:
 
     # --- a stage worker's answers --------------------------------------------------------------
 
-    def on_ready(self, peer: StageWorker, header: dict[str, Any]) -> None:
-        peer.announce(int(header.get("credits", 1)))
-        provider = header.get("provider")
-        if isinstance(provider, str):
-            self.observer.on_provider(peer.stage, peer.index, provider)
+    def on_ready(self, peer: StageWorker, ready: ReadyHeader) -> None:
+        peer.announce(ready.credits)
+        if ready.provider is not None:
+            self.observer.on_provider(peer.stage, peer.index, ready.provider)
         if peer.stage in self.plan.output_names:  # an output learns the streams before their frames
             for record in self.inputs.sources.values():
                 if record.info is not None:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
         self._grant_when_ready()
 
-    def on_result(self, peer: StageWorker, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def on_result(
+        self, peer: StageWorker, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> None:
         key = result.key
         peer.give_back(key)
         if key not in self.router.frames:

@@ -111,7 +111,9 @@ class Lifecycle:
         if limit is None:
             return killed
         for worker in self.processes.values():
-            if not isinstance(worker, StageWorker) or worker.stalled or not worker.inflight or worker.backend_down:
+            if not isinstance(worker, StageWorker) or worker.stalled or worker.backend_down:
+                continue
+            if not worker.inflight:
                 continue
             key, sent = min(worker.inflight.items(), key=lambda item: item[1])
             if now - sent <= limit:

@@ -123,7 +123,7 @@ class Router:
         sheds: Iterable[str] = (),
         on_done: Callable[[FrameKey, FrameState], None] | None = None,
     ) -> None:
-        """`ordered`, `sheds`: the stages whose specs say so. `on_done(key, state)`: every output wrote a frame."""
+        """`ordered`, `sheds`: the stages whose specs say so. `on_done(key, state)`: all outputs wrote it."""
         self.stages = tuple(stages)
         self.outputs = tuple(outputs)
         self.queues: dict[str, deque[QueueItem]] = {name: deque() for name in self.stages + self.outputs}

@@ -42,8 +42,9 @@ def live_plan(out: Path, sources: list[SourcePlan], *, middle: Any = None, **ove
         StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True),
         StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
     )
+    sink = StageSpec("out", 1, functools.partial(live_fakes.timed_sink, str(out)), writes_output=True)
     return Plan(
-        stages=(*middle, StageSpec("out", 1, functools.partial(live_fakes.timed_sink, str(out)), writes_output=True)),
+        stages=(*middle, sink),
         sources=tuple(sources),
         slot_layout=fakes.layout,
         **overrides,
@@ -245,7 +246,8 @@ def _policy_plan(out: Path, options: dict[str, Any], *, infer_s: float, slots: i
     source = SourcePlan("live", functools.partial(fakes.source, "live", N_FRAMES, delay_s=0.01), SourceOptions(**options))
     middle = (
         StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
-        StageSpec("infer", 1, functools.partial(live_fakes.slow, "inf", infer_s), sheds=True, skips_stale=True),
+        StageSpec("infer", 1, functools.partial(live_fakes.slow, "inf", infer_s),
+                  sheds=True, skips_stale=True),
         StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
     )
     return live_plan(out, [source], middle=middle, slots_per_source=slots)

@@ -283,7 +283,8 @@ def test_a_live_source_going_offline_and_back_reaches_the_sink_as_events(tmp_pat
     servers = [spawn(port)]
     cam = SourceConfig(id="cam", uri=f"rtsp://127.0.0.1:{port}/live", timeout_s=2, reconnect={"initial_s": 0.2, "max_s": 0.5})
     config = WebhookOutput(kind="webhook", url=hook.url, batch_records=10, batch_ms=50)
-    plan = Plan(stages=(StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True),
+    model = StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True)
+    plan = Plan(stages=(model,
                 StageSpec("output0.webhook", 1, functools.partial(WebhookSink, config), writes_output=True)),
                 sources=(source_plan(cam),), slot_layout=fakes.layout)  # fmt: skip
     supervisor = Supervisor(plan)

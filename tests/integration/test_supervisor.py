@@ -30,7 +30,10 @@ def make_plan(out: Path, sources: dict[str, int], *, infer_workers: int = 2, **o
         "middle",
         (
             StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
-            StageSpec("infer", infer_workers, functools.partial(fakes.passthrough, "inf", 0.01), sheds=True, skips_stale=True),
+            StageSpec(
+                "infer", infer_workers, functools.partial(fakes.passthrough, "inf", 0.01),
+                sheds=True, skips_stale=True,
+            ),
             StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
         ),
     )
@@ -117,7 +120,10 @@ def test_death_of_an_output_ends_the_job_with_an_error(tmp_path: Path) -> None:
 def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path) -> None:
     middle = (
         StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
-        StageSpec("infer", 2, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung")), sheds=True, skips_stale=True),
+        StageSpec(
+            "infer", 2, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung")),
+            sheds=True, skips_stale=True,
+        ),
         StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
     )
     supervisor = Supervisor(make_plan(tmp_path, {"a": 80}, middle=middle, stall_timeout_s=1.0))
@@ -133,7 +139,8 @@ def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path)
 
 
 def test_a_hung_output_ends_the_job_with_one_line(tmp_path: Path) -> None:
-    plan = make_plan(tmp_path, {"a": 40}, stall_timeout_s=1.0, output=functools.partial(fakes.HangingSink, str(tmp_path), 5))
+    hanging = functools.partial(fakes.HangingSink, str(tmp_path), 5)
+    plan = make_plan(tmp_path, {"a": 40}, stall_timeout_s=1.0, output=hanging)
     started = time.monotonic()
     report = Supervisor(plan).run()
     assert report.exit_code == 1
@@ -216,7 +223,8 @@ def test_stop_request_drains_and_closes(tmp_path: Path) -> None:
 def test_dynamic_batching_across_sources_keeps_every_frame_in_order(tmp_path: Path) -> None:
     middle = (
         StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
-        StageSpec("infer", 1, functools.partial(fakes.batching, "inf", 4, 20.0), sheds=True, skips_stale=True, credits=8),
+        StageSpec("infer", 1, functools.partial(fakes.batching, "inf", 4, 20.0), sheds=True, skips_stale=True,
+                  credits=8),
     )
     plan = make_plan(tmp_path, {"a": 60, "b": 60, "c": 60}, middle=middle)
     report = Supervisor(plan).run()
@@ -233,7 +241,8 @@ def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_wo
     # Two infer workers that sleep at random put frames out of order; the tracker-like stage after
     # them still sees each source's frames one after the other, each source on one of its workers.
     middle = (
-        StageSpec("infer", 2, functools.partial(fakes.passthrough, "inf", 0.01), sheds=True, skips_stale=True),
+        StageSpec("infer", 2, functools.partial(fakes.passthrough, "inf", 0.01),
+                  sheds=True, skips_stale=True),
         StageSpec("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path)), ordered=True),
     )
     sources = {"a": 60, "b": 60, "c": 60}
@@ -248,7 +257,8 @@ def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_wo
 
 
 def test_when_the_worker_of_a_source_dies_the_source_moves_on_in_order(tmp_path: Path) -> None:
-    middle = (StageSpec("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path), 0.005), ordered=True),)
+    tracker = functools.partial(fakes.ordered, "track", str(tmp_path), 0.005)
+    middle = (StageSpec("composite", 2, tracker, ordered=True),)
     progress, killed = kill_when(30, "composite[")
     supervisor = Supervisor(make_plan(tmp_path, {"a": 120}, middle=middle), progress)
     report = supervisor.run()

@@ -20,7 +20,8 @@ def track_stages(config: Config) -> list[StageSpec]:
     """The track stage, when the job tracks."""
     if not config.tracking:
         return []
-    return [StageSpec.of(TRACK, config.stages.track.workers, functools.partial(_track, config), TrackStage.facts)]
+    factory = functools.partial(_track, config)
+    return [StageSpec.of(TRACK, config.stages.track.workers, factory, TrackStage.facts)]
 
 
 def check_tracking(config: Config, labels: Sequence[str] | None) -> None:
@@ -51,7 +52,9 @@ def _frame_size(source: SourceBase) -> tuple[int, int] | None:
     (their lines and zones are checked on the first frame, in the tracking stage)."""
     from framewire.media.video_reader import VideoReader
 
-    if not isinstance(source, SourceConfig) or source_kind(source.uri) != "file" or local_path(source.uri) is None:
+    if not isinstance(source, SourceConfig) or source_kind(source.uri) != "file":
+        return None
+    if local_path(source.uri) is None:
         return None
     try:
         with VideoReader(source.id, source.uri) as reader:

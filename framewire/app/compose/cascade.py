@@ -64,7 +64,8 @@ def cascade_stages(config: Config) -> list[StageSpec]:
     if not config.secondary:
         return []
     facts = CascadeStage.declare(item.reinfer_every for item in config.secondary)
-    return [StageSpec.of(SECONDARY, config.stages.secondary.workers, functools.partial(_cascade, config), facts)]
+    factory = functools.partial(_cascade, config)
+    return [StageSpec.of(SECONDARY, config.stages.secondary.workers, factory, facts)]
 
 
 # Factories: module-level so that spawn can pickle them by reference; called in the worker.

@@ -114,15 +114,14 @@ def model_stages(config: Config) -> list[StageSpec]:
     sources up to `engine.max_batch`, with the credits to fill a batch and one more), its output read."""
     own_input = max(1, config.engine.max_batch) if own_model_input(config) else 0
     credits = max(config.transport.credits_per_worker, 2 * config.engine.max_batch)
+    stages = config.stages
+    pre = functools.partial(_preprocess, config, own_input)
+    infer = functools.partial(_infer, config)
+    post = functools.partial(_postprocess, config)
     return [
-        StageSpec.of(
-            PREPROCESS, config.stages.preprocess.workers, functools.partial(_preprocess, config, own_input),
-            Preprocess.facts,
-        ),
-        StageSpec.of(INFER, infer_workers(config.engine), functools.partial(_infer, config), Infer.facts, credits=credits),
-        StageSpec.of(
-            POSTPROCESS, config.stages.postprocess.workers, functools.partial(_postprocess, config), Postprocess.facts
-        ),
+        StageSpec.of(PREPROCESS, stages.preprocess.workers, pre, Preprocess.facts),
+        StageSpec.of(INFER, infer_workers(config.engine), infer, Infer.facts, credits=credits),
+        StageSpec.of(POSTPROCESS, stages.postprocess.workers, post, Postprocess.facts),
     ]
 
 

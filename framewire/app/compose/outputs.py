@@ -47,7 +47,8 @@ def encoder_threads(config: Config, cores: int | None = None) -> int:
     only where cores would otherwise be idle."""
     cores = cores or len(os.sched_getaffinity(0))
     outputs = 1 if config.stages.fuse_outputs else len(config.outputs)
-    processes = len(config.sources) + infer_workers(config.engine, quiet=True) + outputs  # in an output worker
+    # Called in an output worker.
+    processes = len(config.sources) + infer_workers(config.engine, quiet=True) + outputs
     return 1 if processes >= cores else 0
 
 

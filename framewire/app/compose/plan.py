@@ -100,7 +100,9 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
         make_source=functools.partial(make_source, config, task=task),
         worker_init=single_threaded_opencv,
         binds=tuple(
-            (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
+            (f"outputs.{i}.endpoint", out.endpoint)
+            for i, out in enumerate(config.outputs)
+            if isinstance(out, ZmqOutput)
         ),
     )
 

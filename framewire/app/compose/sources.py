@@ -68,7 +68,8 @@ def make_source(config: Config, raw: Mapping[str, Any], task: Task | None = None
         source = TypeAdapter(Source).validate_python(raw)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "source", model=SourceConfig)) from None
-    resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [Path(__file__).resolve().parents[3]])
+    checkout = Path(__file__).resolve().parents[3]
+    resolved = resolve_inputs(config.model_copy(update={"sources": (source,)}), [checkout])
     added = resolved.sources[0]
     if isinstance(added, SourceConfig):  # a plug-in's source checks itself when it opens
         path, kind = local_path(added.uri), source_kind(added.uri)
@@ -81,7 +82,8 @@ def make_source(config: Config, raw: Mapping[str, Any], task: Task | None = None
     problem = resume_problem(config.outputs) if getattr(added, "resume", False) else None
     if problem:  # the job's outputs must fit resuming, as for the config's own sources
         raise ConfigError(f"source.resume: {problem}")
-    return source_plan(added, audio_need(config), config.transport.slots_per_source, resume_targets(config, added.id))
+    slots = config.transport.slots_per_source
+    return source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
 
 
 def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:

@@ -142,7 +142,8 @@ def test_config_level_errors_name_the_key() -> None:
 def test_stages_of_a_tracking_cascade_split_and_fused() -> None:
     model = {"path": DET, "task": "text_detection"}
     secondary = [{"name": "text", "path": REC, "task": "text_recognition", "reinfer_every": 10}]
-    split = [s for s in stage_specs(_config(model, secondary=secondary, tracking={"interval": 2})) if not s.writes_output]
+    tracked = _config(model, secondary=secondary, tracking={"interval": 2})
+    split = [s for s in stage_specs(tracked) if not s.writes_output]
     assert [s.name for s in split] == ["preprocess", "infer", "postprocess", "track", "secondary"]
     assert [s.name for s in split if s.ordered] == ["track", "secondary"]
     assert [s.name for s in split if s.feeds_tracks] == ["track"]

@@ -25,7 +25,8 @@ def test_not_ready_while_every_worker_of_a_stage_waits_for_its_backend() -> None
     out = life.start_stage("out", 0, stage_factory)
     for peer in (a, b, out):
         peer.ready = True
-    plan = Plan(stages=(StageSpec("infer", 2, functools.partial(int), sheds=True, skips_stale=True), StageSpec("out", 1, functools.partial(int), writes_output=True)),
+    model = StageSpec("infer", 2, functools.partial(int), sheds=True, skips_stale=True)
+    plan = Plan(stages=(model, StageSpec("out", 1, functools.partial(int), writes_output=True)),
                 sources=(), slot_layout=lambda source, info: {})  # fmt: skip
     health = Health(plan, life.roster, SimpleNamespace(granting=True), lambda: False)  # type: ignore[arg-type]
     assert health()["ready"] is True

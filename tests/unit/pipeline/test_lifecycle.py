@@ -52,7 +52,7 @@ def lifecycle(**plan: Any) -> tuple[Lifecycle, list[FakeProcess], list[tuple[byt
 
     defaults: dict[str, Any] = {
         "stages": (
-            StageSpec("infer", 2, stage_factory, sheds=True, skips_stale=True, credits=plan.pop("infer_credits", None)),
+            StageSpec("infer", 2, stage_factory, sheds=True, credits=plan.pop("infer_credits", None)),
             StageSpec("out", 1, stage_factory, writes_output=True),
         ),
         "sources": (),

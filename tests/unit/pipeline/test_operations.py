@@ -27,7 +27,8 @@ class _Roster(Roster):
 
 
 def plan() -> Plan:
-    return Plan(stages=(StageSpec("infer", 1, functools.partial(int), sheds=True, skips_stale=True), StageSpec("out", 1, functools.partial(int), writes_output=True)),
+    model = StageSpec("infer", 1, functools.partial(int), sheds=True, skips_stale=True)
+    return Plan(stages=(model, StageSpec("out", 1, functools.partial(int), writes_output=True)),
                 sources=(), slot_layout=lambda source, info: {})  # fmt: skip
 
 

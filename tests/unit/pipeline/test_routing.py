@@ -53,7 +53,9 @@ class Hub:
                  sheds: tuple[str, ...] = ("infer",)) -> None:
         """`sheds`: the stage whose spec says it sheds (the model's), up to which live frames are bounded."""
         self.done: list[FrameKey] = []
-        self.router = Router(stages, outputs, ordered=ordered, sheds=sheds, on_done=lambda key, state: self.done.append(key))
+        self.router = Router(
+            stages, outputs, ordered=ordered, sheds=sheds, on_done=lambda key, state: self.done.append(key)
+        )
         self.workers = workers or {name: [Worker(f"{name}0")] for name in stages + outputs}
 
     def dispatch(self) -> None:

@@ -47,7 +47,8 @@ def test_every_registered_stage_declares_what_it_does() -> None:
 
 @pytest.mark.parametrize("name", ["default", "showcase", "tracking", "speaking", "sinks", "lipsync"])
 def test_each_shipped_job_lists_complete_specs_that_copy_their_classes_facts(name: str) -> None:
-    config = load_config(ROOT / "configs" / f"{name}.yaml", ["stages.fuse=false", "stages.fuse_outputs=false"])
+    split = ["stages.fuse=false", "stages.fuse_outputs=false"]
+    config = load_config(ROOT / "configs" / f"{name}.yaml", split)
     specs = stage_specs(config)
     check_specs(specs)  # names once, workers >= 1, the outputs last and alone in their process
     for spec in specs:

@@ -149,7 +149,8 @@ def test_fusion_is_a_transform_of_the_list() -> None:
     assert fuse_middle([pre, post, out0]) == [pre, post, out0]  # no model's stage to fuse into
     both = fuse_outputs(fused)
     assert [s.name for s in both] == ["infer", "outputs"]
-    assert both[1].writes_output and both[1].workers == 1 and both[1].members == ("output0.jsonl", "output1.zmq")
+    assert both[1].writes_output and both[1].workers == 1
+    assert both[1].members == ("output0.jsonl", "output1.zmq")
     assert fuse_outputs([model, out0]) == [model, out0]
 
 

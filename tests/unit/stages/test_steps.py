@@ -88,7 +88,8 @@ def test_vad_segments_follow_get_speech_timestamps() -> None:
 def test_vad_keeps_state_per_source_in_order(ring: AudioRing) -> None:
     ring.write(tone_bursts(6.0, []), 0.0)
     vad = step("vad")
-    assert isinstance(vad, Vad) and Vad.declare(vad.params).ordered and vad.audio_span()[1] == pytest.approx(0.452)
+    assert isinstance(vad, Vad) and Vad.declare(vad.params).ordered
+    assert vad.audio_span()[1] == pytest.approx(0.452)
     vad.check("steps.0")
     vad.start(StageContext("vad", 0))
     for k in range(25):
