@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import zmq
 
-from framewire.app.compose import source_plan
+from framewire.app.compose.sources import source_plan
 from framewire.config import SourceConfig
 from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.plan import Plan, Report, SourceOptions, SourcePlan

@@ -272,7 +272,7 @@ def test_a_live_source_going_offline_and_back_reaches_the_sink_as_events(tmp_pat
     the webhook output sends both."""
     import functools
 
-    from framewire.app.compose import source_plan
+    from framewire.app.compose.sources import source_plan
     from framewire.config import SourceConfig
     from framewire.pipeline.plan import Plan
     from framewire.pipeline.run.supervisor import Supervisor
