@@ -65,7 +65,7 @@ class CascadeStage(Stage):
     facts = Facts()
 
     @classmethod
-    def declare(cls, reinfer_every: Iterable[int]) -> Facts:
+    def declare(cls, reinfer_every: Iterable[int | None]) -> Facts:
         """Ordered when a secondary reuses a track's answer (`reinfer_every`): that memory is per source."""
         return Facts(ordered=any(reinfer_every))
 
