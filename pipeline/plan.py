@@ -112,7 +112,7 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class Plan:
-    """The job, as processes: built by the layer that knows models (app.plan), run here."""
+    """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
 
     stages: tuple[StageSpec, ...]
     """Every stage after decode, in frame order: the middle stages (preprocess, infer, ...), then the

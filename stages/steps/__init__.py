@@ -24,7 +24,7 @@ from framewire.stages.tasks import validation_error
 
 def resolve_step(config: StepConfig, index: int, engine: EngineConfig, rate: int = 16000) -> Step:
     """The step of `steps.<index>`, its parameters validated; errors name `steps.<index>.<key>`.
-    `rate` is the sample rate of the sources' audio (app.plan checks they agree)."""
+    `rate` is the sample rate of the sources' audio (framewire.app.compose.audio checks they agree)."""
     cls, params = _class_and_params(config, index)
     return cls(params, config.stage, engine, rate)
 
