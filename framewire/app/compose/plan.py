@@ -24,6 +24,7 @@ from framewire.app.compose.sources import make_source, source_plans
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
 from framewire.config import Config, ZmqOutput
+from framewire.config.job import OUTPUTS
 from framewire.engines.registry import preflight
 from framewire.pipeline.plan import Plan
 from framewire.pipeline.stagespec import StageSpec
@@ -46,7 +47,7 @@ def stage_specs(config: Config) -> list[StageSpec]:
     if config.stages.fuse:
         stages = fuse_middle(stages)
     if config.stages.fuse_outputs:
-        stages = fuse_outputs(stages)
+        stages = fuse_outputs(stages, OUTPUTS)
     return stages
 
 
