@@ -47,7 +47,7 @@ from framewire.components import Stage
 # this benchmark measures the hub's own wire, its frame pool, messages and supervisor, which no user
 # drives directly, and the TensorRT backend's copies from a pool to the GPU (`cuda`).
 from framewire.engines import cuda
-from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.plan import Plan, SourcePlan, StageSpec  # the Plan's own element type
 from framewire.pipeline.run.supervisor import Supervisor
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
@@ -449,18 +449,19 @@ def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
 
     folder = tempfile.mkdtemp(prefix="fw-hub-")
     latencies_path = os.path.join(folder, "latencies.json")
+    # As the default job's specs say: the model's stage sheds, the stages up to it skip stale frames.
     middle = tuple(
-        (name, 2 if name == "infer" else 1, functools.partial(_noop))
+        StageSpec(name, 2 if name == "infer" else 1, functools.partial(_noop), sheds=name == "infer",
+                  skips_stale=name in ("preprocess", "infer"))
         for name in ("preprocess", "infer", "postprocess", "composite")
     )
     outputs = (
-        ("output0", functools.partial(_noop, latencies_path)),
-        ("output1", functools.partial(_noop)),
-        ("output2", functools.partial(_noop)),
+        StageSpec("output0", 1, functools.partial(_noop, latencies_path), writes_output=True),
+        StageSpec("output1", 1, functools.partial(_noop), writes_output=True),
+        StageSpec("output2", 1, functools.partial(_noop), writes_output=True),
     )
     plan = Plan(
-        middle=middle,
-        outputs=outputs,
+        stages=(*middle, *outputs),
         sources=(SourcePlan("still", functools.partial(_still, width, height, frames)),),
         slot_layout=_image_layout,
         preload=("bench.transport",),

@@ -29,7 +29,7 @@ from framewire.app.commands import DEFAULT_CONFIG, MODULES, add_config_args, loa
 if TYPE_CHECKING:
     from framewire.config import Config
     from framewire.pipeline.wire.linkwatch import LinkState
-    from framewire.app.compose import Task
+    from framewire.stages.tasks.base import Task
     from framewire.pipeline.plan import Report
 
 
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from framewire.app.compose import check
+    from framewire.app.compose.plan import check
     from framewire.app.io_check import check_io
 
     config = load_job(args)
@@ -173,12 +173,23 @@ def _validate(args: argparse.Namespace) -> int:
         f"{len(config.outputs)} output(s))"
     )
     _describe_models(config, task)
+    _describe_stages(config)
     return 0
+
+
+def _describe_stages(config: Config) -> None:
+    """The job's stages after decode as the runtime gets them (`StageSpec`s): name, workers, what each
+    does, and the members of a fused one."""
+    from framewire.app.compose.plan import stage_specs
+
+    print("  stages:")
+    for spec in stage_specs(config):
+        print(f"    {spec.describe()}")
 
 
 def _describe_models(config: Config, task: Task) -> None:
     """How each model is read (format, input, labels): what a user bringing a model checks first."""
-    from framewire.app.compose import build_secondaries
+    from framewire.app.compose.cascade import build_secondaries
 
     if task.summary():
         print(f"  model: {task.summary()}")

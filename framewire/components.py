@@ -103,21 +103,21 @@ __all__ = sorted([*_LAZY, *_OWN])
 def task_from_config(config: Config) -> Task:
     """The config's primary model task, bound to what its model file says (input size, format,
     labels): `preprocess`, `postprocess` and the engine's feeds and outputs, as the stages use it."""
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
 
     return build_task(config)
 
 
 def composites_from_config(config: Config) -> list[Composite]:
     """The config's `composite:` items, in order; each draws a task's result onto a frame in place."""
-    from framewire.app.compose import build_composites
+    from framewire.app.compose.outputs import build_composites
 
     return build_composites(config)
 
 
 def steps_from_config(config: Config) -> list[Step]:
     """The config's `steps:` (the stages before the model, such as audio features), unstarted."""
-    from framewire.app.audio_plan import build_steps
+    from framewire.app.compose.audio import build_steps
 
     return build_steps(config)
 
@@ -126,15 +126,15 @@ def stages_from_config(config: Config) -> Fused:
     """The config's middle stages fused as one infer worker runs them (steps, preprocess, infer,
     postprocess, tracking, secondary models, composite): `start`, then `process` frames, then `stop`.
     Its frames hold their pixels in the regions `slot_layout` names."""
-    from framewire.app.compose import _fused
+    from framewire.app.compose.plan import fused_middle
 
-    return _fused(config)
+    return fused_middle(config)
 
 
 def secondary_stage_from_config(config: Config) -> CascadeStage:
     """The config's secondary models as one stage: crops of each frame's detections through each
     model, the answers added to the detections (`inferences` counts the model calls)."""
-    from framewire.app.compose import _cascade
+    from framewire.app.compose.cascade import _cascade
 
     return _cascade(config)
 
@@ -144,7 +144,7 @@ def slot_layout(
 ) -> dict[str, tuple[tuple[int, ...], str]]:
     """The pixel regions a frame of `source_id` (`info` holds its width and height) needs in the
     config's stages: {region: (shape, dtype)}, the image, the model input and the composited frame."""
-    from framewire.app.compose import slot_layout as layout
+    from framewire.app.compose.frames import slot_layout as layout
 
     return layout(config, source_id, info)
 
@@ -152,7 +152,7 @@ def slot_layout(
 def engine_for_task(config: Config, task: Task, model: str | None = None, worker: int = 0) -> Engine:
     """The engine an infer worker (`worker`, which picks the GPU) opens for `task`: the config's
     `engine:` on `model` (the config's model by default), batched when `engine.max_batch` > 1."""
-    from framewire.app.compose import engine_axes, engine_options
+    from framewire.app.compose.model import engine_axes, engine_options
     from framewire.engines.registry import open_engine as open_
 
     path = model if model is not None else config.model.path

@@ -128,7 +128,7 @@ def start(
     the task's and composites' keys, the model file, the backend. `progress(done, total)` is called
     from the hub's thread as frames come out."""
     from framewire.app import fleet
-    from framewire.app.compose import build_plan
+    from framewire.app.compose.plan import build_plan
     from framewire.app.preload import PRELOAD
     from framewire.pipeline.worker.forkserver import start_early
 

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from framewire.pipeline.stagespec import Facts
 from framewire.pipeline.wire.audioring import AudioRing
 from framewire.pipeline.wire.framepool import FramePool, PoolCache
+
+
+IMAGE = "image"
+"""The slot region that holds the frame as decoded."""
+SHOWS = "shows"
+"""The `meta` key that names the slot region holding the frame as the outputs and the console's preview
+show it, set by a stage that drew on a copy of the image (the composite stage's `output`); absent: the
+image as decoded."""
+
+
+def shown_region(meta: Mapping[str, Any] | None) -> str:
+    """The slot region a frame with this `meta` is shown from (`SHOWS`)."""
+    shown = meta.get(SHOWS) if meta else None
+    return shown if isinstance(shown, str) else IMAGE
 
 
 @dataclass
@@ -155,9 +170,10 @@ class Stage(Protocol):
     """Frames `process_batch` takes at once; above 1 the worker loop gathers batches (of any source)."""
     max_delay_ms: float = 0.0
     """How long the worker loop waits for a batch to fill once its first frame is in."""
-    ordered: bool = False
-    """The stage keeps state per source (a tracker, an audio model's context): the hub sends every
-    frame of a source to the same worker of this stage, in `seq` order (pipeline.routing)."""
+    facts: ClassVar[Facts] = Facts()
+    """What every stage of the class does, as the runtime acts on it (ordered, sheds, skips stale
+    frames, writes outputs...): the composition root copies it into the stage's `StageSpec`, so
+    nothing builds a stage to ask. A class whose parameters decide says so in a `declare` classmethod."""
 
     def start(self, ctx: StageContext) -> None:
         """In the worker process: open sessions, encoders, sockets."""

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from framewire.pipeline.names import MIDDLE
+from framewire.pipeline import stagespec
+from framewire.pipeline.stagespec import StageSpec
 
 
 class Policy(str, Enum):
@@ -111,19 +112,15 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class Plan:
-    """The job, as processes: built by the layer that knows models (app.plan), run here."""
+    """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
 
-    middle: tuple[tuple[str, int, Callable[[], Any]], ...]
-    """(stage name, workers, stage factory) in order: preprocess, infer, postprocess, composite."""
-    outputs: tuple[tuple[str, Callable[[], Any]], ...]
-    """(output name, stage factory): one process each, every frame goes to all of them."""
+    stages: tuple[StageSpec, ...]
+    """Every stage after decode, in frame order: the middle stages (preprocess, infer, ...), then the
+    outputs (`writes_output`: one process each, every frame goes to all of them)."""
     sources: tuple[SourcePlan, ...]
     slot_layout: SlotLayout
     slots_per_source: int = 16
     credits_per_worker: int = 2
-    stage_credits: Mapping[str, int] = field(default_factory=dict)
-    """Credits for the workers of one stage, where they differ (a batching infer stage)."""
-    restartable: frozenset[str] = frozenset(MIDDLE)
     worker_init: Callable[[], None] | None = None
     """Run first thing in every worker process (module-level: it is pickled with the worker's spec)."""
     max_restarts: int = 5
@@ -139,34 +136,47 @@ class Plan:
     restart_backoff_s: tuple[float, float] = (0.1, 5.0)
     """First and longest delay before a dead worker is started again; doubles each time."""
     stall_timeout_s: float | None = None
-    """A local worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
+    """A worker holding a frame this long is taken as hung and killed (then restarted); None: never."""
     preload: tuple[str, ...] = ()
     """Modules every worker imports, imported once in the fork server that starts them."""
-    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """The stages a fused stage runs in its process (stages.fused): {"infer": ("preprocess",
-    "infer", ...)}; each stamps its own span, and the metrics count each."""
-    ordered: frozenset[str] = frozenset()
-    """Middle stages that keep state per source (`Stage.ordered`): each source sticks to one of their
-    workers and its frames reach it in seq order (pipeline.routing)."""
     binds: tuple[tuple[str, str], ...] = ()
     """(config key, endpoint) of each address a worker will bind (a zmq output's): the supervisor
     checks them before it starts any, so one in use fails at once, naming its key."""
     fleet: FleetSettings | None = None
     """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
 
+    def __post_init__(self) -> None:
+        stagespec.check_specs(self.stages)
+
+    @property
+    def middle(self) -> tuple[StageSpec, ...]:
+        return stagespec.middle(self.stages)
+
+    @property
+    def outputs(self) -> tuple[StageSpec, ...]:
+        return stagespec.outputs(self.stages)
+
     @property
     def stage_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _, _ in self.middle)
+        return tuple(s.name for s in self.middle)
 
     @property
     def output_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.outputs)
+        return tuple(s.name for s in self.outputs)
+
+    def spec(self, stage: str) -> StageSpec:
+        """The spec of the stage (or output) called `stage`; KeyError if the job has none."""
+        for spec in self.stages:
+            if spec.name == stage:
+                return spec
+        raise KeyError(stage)
 
     def credits_for(self, stage: str) -> int:
         """Frames a worker of `stage` may hold: an output at least 4 (it is one process)."""
-        if stage in self.output_names:
+        spec = self.spec(stage)
+        if spec.writes_output:
             return max(4, self.credits_per_worker)
-        return self.stage_credits.get(stage, self.credits_per_worker)
+        return spec.credits if spec.credits is not None else self.credits_per_worker
 
 
 @dataclass

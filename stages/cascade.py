@@ -23,6 +23,7 @@ import numpy as np
 from framewire.engines.base import Engine
 from framewire.pipeline.errors import EngineError
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.stages import detections
 from framewire.stages.backend_wait import BackendWait
 from framewire.stages.tasks.objects import ObjectResult, ObjectTask
@@ -61,13 +62,19 @@ class _Seen:
 class CascadeStage(Stage):
     """Every secondary model, one engine each, in this worker."""
 
+    facts = Facts()
+
+    @classmethod
+    def declare(cls, reinfer_every: Iterable[int | None]) -> Facts:
+        """Ordered when a secondary reuses a track's answer (`reinfer_every`): that memory is per source."""
+        return Facts(ordered=any(reinfer_every))
+
     def __init__(self, secondaries: Sequence[Secondary], open_engine: Callable[[int, int], Engine]) -> None:
         """`open_engine(secondary index, worker index)` opens a secondary's engine in the worker."""
         self.secondaries = tuple(secondaries)
         self._open_engine = open_engine
         self.engines: list[Engine] = []
         self._limits: list[int] = []
-        self.ordered = any(s.reinfer_every for s in self.secondaries)
         self._seen: dict[str, dict[tuple[str, int], _Seen]] = {}
         self.inferences = 0
         self._wait: BackendWait | None = None

@@ -20,14 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, ValidationError
 
 from framewire.media import yuv
 from framewire.pipeline.errors import ConfigError
-from framewire.pipeline.frame import Frame, Stage
-from framewire.pipeline.names import UNDRAWN
+from framewire.pipeline.frame import IMAGE, SHOWS, Frame, Stage
+from framewire.pipeline.stagespec import Facts
 from framewire.registry import COMPOSITES
 from framewire.stages import detections
 from framewire.stages.tasks import validation_error
 from framewire.stages.tasks.base import Result
 
 log = logging.getLogger(__name__)
+
+OUTPUT = "output"
+"""The slot region the composite stage draws on: a copy of the image (framewire.app.compose's slot layout)."""
 
 Channel = Annotated[int, Field(ge=0, le=255)]
 BGR = tuple[Channel, Channel, Channel]
@@ -49,7 +52,7 @@ class Composite(ABC):
     Params: ClassVar[type[CompositeParams]] = CompositeParams
     takes_yuv: ClassVar[bool] = False
     """It can draw on an I420 frame too (framewire.media.yuv): a job whose composites all can keeps
-    its frames as YUV when its outputs allow it (framewire.app.compose.yuv_frames)."""
+    its frames as YUV when its outputs allow it (framewire.app.compose.frames.yuv_frames)."""
 
     def __init__(self, params: CompositeParams) -> None:
         self.params = params
@@ -319,8 +322,10 @@ def resolve_composite(kind: str, params: Mapping[str, Any], index: int = 0) -> C
 class CompositeStage(Stage):
     """The composite stage: copies the decoded image into the slot's `output` region and draws the
     frame's result onto it with each composite in order, so outputs can show either image. A frame
-    no composite draws on (`Composite.draws`) is neither copied nor drawn: its meta says `undrawn`,
-    and the outputs show its image (`framewire.pipeline.names.shows_output`)."""
+    no composite draws on (`Composite.draws`) is neither copied nor drawn, and the outputs show its
+    image: the frame's meta names the region it is shown from (`framewire.pipeline.frame.SHOWS`)."""
+
+    facts = Facts()
 
     def __init__(self, composites: Sequence[Composite]) -> None:
         self.composites = tuple(composites)
@@ -328,15 +333,17 @@ class CompositeStage(Stage):
     def process(self, frame: Frame) -> Iterable[Frame]:
         result = Result(data=frame.result or {}, arrays=frame.tensors)
         if any(composite.draws(result) for composite in self.composites):
-            frame.meta.pop(UNDRAWN, None)
-            image = frame.region("image")
-            canvas = frame.region("output") if frame.has_region("output") else image
+            image = frame.region(IMAGE)
+            canvas = frame.region(OUTPUT) if frame.has_region(OUTPUT) else image
             if canvas is not image:
                 np.copyto(canvas, image)
+                frame.meta[SHOWS] = OUTPUT
+            else:
+                frame.meta.pop(SHOWS, None)
             for composite in self.composites:
                 composite.apply(canvas, result)
         else:
-            frame.meta[UNDRAWN] = True  # the outputs show the image as decoded: no copy to draw on
+            frame.meta.pop(SHOWS, None)  # the outputs show the image as decoded: no copy to draw on
         # Drawn: the outputs need the pixels and the JSON result, not the matte; embeddings of
         # secondary models go on to the ZeroMQ output.
         frame.tensors = {k: v for k, v in frame.tensors.items() if k.startswith(detections.EMBEDDINGS)}

@@ -12,12 +12,14 @@ stage read as they do when the stages run apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from framewire.pipeline.errors import FramewireError, one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts, StageSpec
 from framewire.pipeline.wire.framepool import FramePool
 
 
@@ -118,8 +120,6 @@ class Fused(_Members):
         if self._batcher is not None:
             batcher = self.members[self._batcher][1]
             self.max_batch, self.max_delay_ms = batcher.max_batch, batcher.max_delay_ms
-        # A member that keeps per-source state makes the whole fused stage keep it.
-        self.ordered = any(stage.ordered for _, stage in self.members)
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         for name, stage in self.members:
@@ -156,3 +156,51 @@ class Outputs(_Members):
     def process(self, frame: Frame) -> Iterable[Frame]:
         self._each(lambda stage: stage.process(frame))
         return ()
+
+
+# --- the layouts: fusion as a transform of the job's list of stages ---------------------------------
+
+Members = tuple[tuple[str, Callable[[], Stage]], ...]
+"""(name, factory) of each stage a fused stage runs: its factories are called in its worker."""
+
+
+def fused_stage(members: Members) -> Fused:
+    """The fused middle stages, built in their worker (a `StageSpec.factory`)."""
+    return Fused([(name, factory()) for name, factory in members])
+
+
+def fused_outputs(members: Members) -> Outputs:
+    """Every output in one process, built in its worker (a `StageSpec.factory`)."""
+    return Outputs([(name, factory()) for name, factory in members])
+
+
+def _facts(specs: Sequence[StageSpec]) -> Facts:
+    """A fused stage does what any of its members does (a tracker makes it ordered)."""
+    return functools.reduce(Facts.merged, (s.facts for s in specs), Facts())
+
+
+def fuse_middle(stages: Sequence[StageSpec]) -> list[StageSpec]:
+    """Every middle stage in one process: the model's (the first that `sheds`), with its name, workers
+    and credits. Unchanged when there is no such stage or nothing to fuse it with."""
+    middle = [s for s in stages if not s.writes_output]
+    anchor = next((s for s in middle if s.sheds), None)
+    if anchor is None or len(middle) < 2:
+        return list(stages)
+    members: Members = tuple((s.name, s.factory) for s in middle)
+    one = StageSpec.of(
+        anchor.name, anchor.workers, functools.partial(fused_stage, members), _facts(middle),
+        members=tuple(name for name, _ in members), credits=anchor.credits,
+    )
+    return [one, *(s for s in stages if s.writes_output)]
+
+
+def fuse_outputs(stages: Sequence[StageSpec], name: str = "outputs") -> list[StageSpec]:
+    """Every output in one process called `name`; unchanged with fewer than two outputs."""
+    outs = [s for s in stages if s.writes_output]
+    if len(outs) < 2:
+        return list(stages)
+    members: Members = tuple((s.name, s.factory) for s in outs)
+    one = StageSpec.of(
+        name, 1, functools.partial(fused_outputs, members), _facts(outs), members=tuple(n for n, _ in members)
+    )
+    return [*(s for s in stages if not s.writes_output), one]

@@ -11,6 +11,7 @@ import numpy as np
 from framewire.engines.base import Engine
 from framewire.pipeline.errors import ConfigError, EngineError
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.pipeline.wire.framepool import FramePool
 from framewire.stages.backend_wait import BackendWait
 from framewire.stages.tasks.base import Task
@@ -20,6 +21,10 @@ log = logging.getLogger(__name__)
 
 class Infer(Stage):
     """One engine per worker process, created in `start` (sessions never cross a spawn)."""
+
+    facts = Facts(sheds=True, skips_stale=True)
+    """The model's stage, where the time goes: a live source's frames waiting for it are bounded,
+    and a frame already past its deadline skips it."""
 
     def __init__(
         self,

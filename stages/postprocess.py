@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from framewire.pipeline.frame import Frame, Stage
+from framewire.pipeline.stagespec import Facts
 from framewire.stages.tasks.base import Task
 
 
 class Postprocess(Stage):
     """Decodes the model outputs, which travel inline, into the task's result."""
+
+    facts = Facts()
 
     def __init__(self, task: Task) -> None:
         self.task = task

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from framewire.pipeline.frame import Frame, Stage
+from framewire.pipeline.stagespec import Facts
 from framewire.stages.tasks.base import Task
 
 
@@ -20,6 +21,8 @@ class Preprocess(Stage):
     still in the cache rather than a slot of its own for every frame in flight (framewire.app.compose
     `own_model_input`). A batch of up to `own_input` frames gets one buffer each.
     """
+
+    facts = Facts(skips_stale=True)  # a frame already late is not worth preparing for the model
 
     def __init__(self, task: Task, own_input: int = 0) -> None:
         self.task = task

@@ -43,7 +43,7 @@ class Scheduled(Stage):
         self.stage = stage
         self.schedule = schedule
         self.last = last
-        self.max_batch, self.max_delay_ms, self.ordered = stage.max_batch, stage.max_delay_ms, stage.ordered
+        self.max_batch, self.max_delay_ms = stage.max_batch, stage.max_delay_ms
 
     def start(self, ctx: StageContext) -> None:
         self.stage.start(ctx)

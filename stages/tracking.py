@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from framewire.pipeline.frame import Frame, Stage
+from framewire.pipeline.stagespec import Facts
 from framewire.stages import detections
 from framewire.stages.analytics import KEY as ANALYTICS
 from framewire.stages.analytics import Analytics
@@ -77,7 +78,7 @@ def resolve_tracking(params: Mapping[str, Any]) -> TrackingParams:
 class TrackStage(Stage):
     """One tracker per source; reads and writes only the frame's detections."""
 
-    ordered = True
+    facts = Facts(ordered=True, feeds_tracks=True)
 
     def __init__(self, params: TrackingParams, analytics: Analytics | None = None) -> None:
         self.params = params

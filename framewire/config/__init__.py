@@ -14,7 +14,7 @@ parameters (`model:` keys beside `path` and `task`) and composite parameters bel
 from framewire.config.audio import AudioConfig, MissingAudioConfig
 from framewire.config.cascade import SecondaryConfig, TrackingConfig
 from framewire.config.engine import Backend, CalibrationConfig, EngineConfig, ModelConfig
-from framewire.config.job import Config, HttpConfig, StageConfig, StagesConfig, TransportConfig
+from framewire.config.job import Config, HttpConfig, StageConfig, StagesConfig, TransportConfig, output_name
 from framewire.config.loading import (
     apply_override,
     describe_validation_error,
@@ -27,7 +27,6 @@ from framewire.config.loading import (
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, OutputConfig, VideoFileOutput, ZmqOutput
 from framewire.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, Source, SourceBase, SourceConfig
 from framewire.config.steps import StepConfig
-from framewire.pipeline.names import output_name
 
 __all__ = [
     "SOURCE_ID", "AudioConfig", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config",

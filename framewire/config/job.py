@@ -15,7 +15,20 @@ from framewire.config.fleet import FleetConfig
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from framewire.config.sources import Source
 from framewire.config.steps import StepConfig
-from framewire.pipeline.names import COMPOSITE, INFER, OUTPUTS, POSTPROCESS, PREPROCESS, SECONDARY, TRACK, output_name
+
+PREPROCESS, INFER, POSTPROCESS = "preprocess", "infer", "postprocess"
+TRACK, SECONDARY, COMPOSITE = "track", "secondary", "composite"
+"""The built-in stages' names, as their workers, metrics and latencies are called (framewire.app.compose
+lists the job's stages; the runtime reads their specs, never these names)."""
+MODEL_STAGES = (PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE)
+"""The built-in stages after the steps, in frame order (a frame record's latencies read in this order)."""
+OUTPUTS = "outputs"
+"""Every output in one process (`stages.fuse_outputs`)."""
+
+
+def output_name(index: int, kind: str) -> str:
+    """An output's stage name: `output0.video_file`, `output1.jsonl`, ..."""
+    return f"output{index}.{kind}"
 
 
 class StageConfig(_Model):
@@ -232,24 +245,11 @@ class Config(_Model):
                 raise ValueError(f"analytics.{source_id}: needs tracking: (lines and zones count tracks)")
 
     def _steps_fit(self) -> None:
-        seen = {PREPROCESS, INFER, POSTPROCESS, TRACK, SECONDARY, COMPOSITE, OUTPUTS}
+        seen = {*MODEL_STAGES, OUTPUTS}
         for i, step in enumerate(self.steps):
             if step.stage in seen or step.stage.startswith("output"):
                 raise ValueError(f"steps.{i}.name: {step.stage!r} is already a stage name; name the step")
             seen.add(step.stage)
-
-    def stage_names(self) -> list[str]:
-        """The job's stages after decode, as the hub names them: with
-        `stages.fuse`, one `infer` stage runs preprocess to composite; with `stages.fuse_outputs`
-        (and more than one output), one `outputs` stage runs every output."""
-        names = [s.stage for s in self.steps] + [PREPROCESS, INFER, POSTPROCESS] + ([TRACK] if self.tracking else [])
-        names += ([SECONDARY] if self.secondary else []) + ([COMPOSITE] if self.composite else [])
-        if self.stages.fuse:
-            names = [INFER]
-        outputs = [output_name(i, out.kind) for i, out in enumerate(self.outputs)]
-        if self.stages.fuse_outputs and len(outputs) > 1:
-            outputs = [OUTPUTS]
-        return names + outputs
 
 
 def resume_problem(outputs: tuple[Output, ...]) -> str | None:

@@ -1,6 +1,6 @@
 """Frames kept as YUV 4:2:0 (I420) instead of BGR, for jobs whose every stage takes them
-(`framewire.app.compose.yuv_frames`): a face-blur job that writes H.264 skips the conversion back
-from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/results/history.md,
+(`framewire.app.compose.frames.yuv_frames`): a face-blur job that writes H.264 skips the
+conversion back from BGR for x264 and draws on 1.5 bytes a pixel instead of 3 (docs/results/history.md,
 framewire's own cost); the model's input is converted from the planes as the decoder would have.
 
 An I420 image is one C-contiguous uint8 array of (height * 3 / 2, width): the Y plane's rows, then

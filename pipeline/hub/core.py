@@ -24,22 +24,18 @@ import numpy as np
 import zmq
 
 from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
-from framewire.pipeline.hub.header import FrameKey, ResultHeader
+from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
+from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
-from framewire.pipeline.names import TRACK, shows_output
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
 log = logging.getLogger(__name__)
-
-# The slot regions a finished frame holds, for the frame tap: the composite stage writes `output`.
-_DECODED = frozenset({"image"})
-_COMPOSITED = frozenset({"image", "output"})
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 TICK_MS = 50
@@ -76,7 +72,13 @@ class Hub:
         self.ctx = zmq.Context()
         self.sock = _router(self.ctx, endpoint)
         self.roster = Roster({name: [] for name in plan.stage_names + plan.output_names})
-        self.router = Router(plan.stage_names, plan.output_names, ordered=plan.ordered, on_done=self._frame_done)
+        self.router = Router(
+            plan.stage_names,
+            plan.output_names,
+            ordered=[s.name for s in plan.middle if s.ordered],
+            sheds=[s.name for s in plan.middle if s.sheds],
+            on_done=self._frame_done,
+        )
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
         self.inputs = Inputs(plan, self.router, self.lifecycle)
         self.events = Events(observer, self.roster, plan, self.known_sources)
@@ -142,7 +144,7 @@ class Hub:
             self._handle(parts)
 
     def _handle(self, parts: list[Any]) -> None:
-        """A message from a local worker: a decode worker's to the inputs, a stage worker's here."""
+        """A message from a worker: a decode worker's to the inputs, a stage worker's here."""
         identity = parts[0]
         try:
             header, tensors = msg.decode(parts[1:])
@@ -168,9 +170,11 @@ class Hub:
             for peer in (p for name in self.plan.output_names for p in self.roster.of(name) if p.ready):
                 peer.send({"type": msg.STREAM, "source": opened.source_id, "info": opened.info})
 
-    def _from_stage(self, peer: LocalPeer, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def _from_stage(
+        self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> None:
         if kind == msg.READY:
-            self.on_ready(peer, header)
+            self.on_ready(peer, ReadyHeader.read(header))
         elif kind == msg.RESULT:
             self.on_result(peer, ResultHeader.read(header), header, tensors)
         elif kind == msg.FAILED:
@@ -191,18 +195,19 @@ class Hub:
 
     # --- a stage worker's answers --------------------------------------------------------------
 
-    def on_ready(self, peer: LocalPeer, header: dict[str, Any]) -> None:
-        peer.announce(int(header.get("credits", 1)))
-        provider = header.get("provider")
-        if isinstance(provider, str):
-            self.observer.on_provider(peer.stage, peer.index, provider)
+    def on_ready(self, peer: StageWorker, ready: ReadyHeader) -> None:
+        peer.announce(ready.credits)
+        if ready.provider is not None:
+            self.observer.on_provider(peer.stage, peer.index, ready.provider)
         if peer.stage in self.plan.output_names:  # an output learns the streams before their frames
             for record in self.inputs.sources.values():
                 if record.info is not None:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
         self._grant_when_ready()
 
-    def on_result(self, peer: LocalPeer, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def on_result(
+        self, peer: StageWorker, result: ResultHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]
+    ) -> None:
         key = result.key
         peer.give_back(key)
         if key not in self.router.frames:
@@ -218,14 +223,14 @@ class Hub:
             return
         header.pop("type", None)
         header.pop("stage", None)
-        members = self.plan.members.get(peer.stage, (peer.stage,))
-        for stage in members:
+        spec = self.plan.spec(peer.stage)
+        for stage in spec.runs:
             self.observer.on_stage_done(key.source, stage, result.span(stage))
-        if TRACK in members:
+        if spec.feeds_tracks:
             self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors))
 
-    def on_failed(self, peer: LocalPeer, key: FrameKey, error: str) -> None:
+    def on_failed(self, peer: StageWorker, key: FrameKey, error: str) -> None:
         peer.give_back(key)
         if key not in self.router.frames:
             return
@@ -239,13 +244,13 @@ class Hub:
         self.observer.on_failed(key.source, peer.stage)
         self.router.fail(key, peer.stage, error)
 
-    def on_closed(self, peer: LocalPeer, source: str) -> None:
+    def on_closed(self, peer: StageWorker, source: str) -> None:
         """An output closed a source's files (a stage that keeps per-source state let go of it)."""
         record = self.inputs.sources.get(source)
         if record is not None and peer.stage in self.router.outputs:
             record.closed.add(peer.stage)
 
-    def on_status(self, peer: LocalPeer, header: dict[str, Any]) -> None:
+    def on_status(self, peer: StageWorker, header: dict[str, Any]) -> None:
         """A worker's backend stopped or started answering (readiness, metrics; a worker that waits
         for it is not hung), or sent the backend's own counters."""
         if "available" in header:
@@ -257,11 +262,11 @@ class Hub:
         if isinstance(times, dict):
             self.observer.on_backend_times(peer.stage, str(header.get("model", "")), times)
 
-    def on_event(self, peer: LocalPeer, event: Any) -> None:
+    def on_event(self, peer: StageWorker, event: Any) -> None:
         """An output's announcement: logged, counted, and passed to every output (hub.events)."""
         self.events.on_event(peer.stage, event)
 
-    def requeue(self, peer: LocalPeer) -> list[FrameKey]:
+    def requeue(self, peer: StageWorker) -> list[FrameKey]:
         """The frames a dead worker held go to the next worker of its stage."""
         return self.router.requeue(peer.stage, peer)
 
@@ -275,8 +280,8 @@ class Hub:
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
         if self.tap is not None and record.pool is not None:
-            composited = shows_output(state.header.get("ts") or {}, state.header.get("meta"))  # as the outputs tell
-            self.tap.frame_done(key.source, record.pool, state.slot, _COMPOSITED if composited else _DECODED)
+            shown = shown_region(state.header.get("meta"))  # as the outputs show it
+            self.tap.frame_done(key.source, record.pool, state.slot, frozenset({IMAGE, shown}))
         record.give_slot(state.slot)
         self.done_total += 1
         if self.progress is not None:
@@ -294,7 +299,7 @@ class Hub:
     # --- sending -------------------------------------------------------------------------------
 
     def _send(self, identity: bytes, header: dict[str, Any], tensors: Mapping[str, np.ndarray] | None = None) -> bool:
-        """To a local worker; False when it is not connected (yet, or any more: its death is handled)."""
+        """To a worker; False when it is not connected (yet, or any more: its death is handled)."""
         try:
             msg.send(self.sock, msg.encode(header, dict(tensors or {})), prefix=(identity,))
             return True

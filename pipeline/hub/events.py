@@ -37,7 +37,7 @@ class Events:
         self.roster = roster
         self.stages = plan.output_names
         """The output stages: who gets the events."""
-        self.outputs = frozenset(plan.output_names).union(*(plan.members.get(n, ()) for n in plan.output_names))
+        self.outputs = frozenset(plan.output_names).union(*(spec.members for spec in plan.outputs))
         """Every output's name, a fused stage's members included: what an event's `output` may say."""
         self.sources = sources
         """The sources the hub knows: what an event's `source` may say."""

@@ -3,7 +3,8 @@
 The wire header (pipeline.wire.messages) is a msgpack map that the stages fill and pass on; the hub
 carries it from stage to stage unchanged. What the hub itself needs of it is small and fixed: the
 frame's source and seq (its key), the slot decode wrote it into, its pts, when decode started it, and
-of a stage's answer whether it came too late (stale) and the stages' time spans. These are read here,
+of a stage's answer whether it came too late (stale) and the stages' time spans, of a worker's READY
+its credits. These are read here,
 checked, into frozen records; nothing past this module looks a hub field up in a map.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from framewire.pipeline.names import DECODE
+from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.wire.messages import WireError
 
 NO_SPANS: Mapping[str, Any] = {}
@@ -58,6 +59,19 @@ class FrameHeader(NamedTuple):
     @property
     def seq(self) -> int:
         return self.key.seq
+
+
+class ReadyHeader(NamedTuple):
+    """A stage worker's READY: it started, and how many frames it asks to hold."""
+
+    credits: int
+    provider: str | None
+    """The execution provider its engine ended up on (an infer worker's `describe`), for the metrics."""
+
+    @classmethod
+    def read(cls, header: Mapping[str, Any]) -> ReadyHeader:
+        credits, provider = header.get("credits", 1), header.get("provider")
+        return cls(credits if type(credits) is int else 1, provider if isinstance(provider, str) else None)
 
 
 class ResultHeader(NamedTuple):

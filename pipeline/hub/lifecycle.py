@@ -1,4 +1,4 @@
-"""The local worker processes: started, watched, killed when hung, restarted when they die.
+"""The worker processes: started, watched, killed when hung, restarted when they die.
 
 `Lifecycle` starts every stage worker and decode worker of this host (with the `start` it is given:
 the runner's fork server, pipeline.worker.forkserver; a fake in tests), keeps them by the identity they connect with, and answers for them: which
@@ -20,8 +20,8 @@ from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.worker.hub_link import WorkerSpec
 from framewire.pipeline.plan import Plan, SourcePlan
-from framewire.pipeline.names import DECODE
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster, Send
+from framewire.pipeline.stagespec import DECODE
+from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster, Send
 from framewire.pipeline.worker.decode import source_main
 from framewire.pipeline.worker.stage import worker_main
 
@@ -46,19 +46,19 @@ class Lifecycle:
         self.send = send
         self.roster = roster
         self._start = start
-        self.processes: dict[bytes, LocalPeer | DecodeWorker] = {}
+        self.processes: dict[bytes, StageWorker | DecodeWorker] = {}
         self.restarts: dict[str, int] = {}
         """Restarts per stage, for the report."""
         self._deaths: dict[str, list[float]] = {}
-        self._pending: list[tuple[float, LocalPeer]] = []
+        self._pending: list[tuple[float, StageWorker]] = []
 
-    def get(self, identity: bytes) -> LocalPeer | DecodeWorker | None:
+    def get(self, identity: bytes) -> StageWorker | DecodeWorker | None:
         return self.processes.get(identity)
 
     def start_stage(self, stage: str, index: int, factory: Callable[[], Any], *, generation: int = 0,
-                    label: str | None = None) -> LocalPeer:
+                    label: str | None = None) -> StageWorker:
         spec = self._spec(stage, index, generation, factory, label=label)
-        peer = LocalPeer(spec, self._start(worker_main, spec), self.send)
+        peer = StageWorker(spec, self._start(worker_main, spec), self.send)
         self.processes[spec.identity] = peer
         self.roster.add(peer)
         log.debug("started %s (pid %s)", spec.title, peer.process.pid)
@@ -81,7 +81,8 @@ class Lifecycle:
             index=index,
             generation=generation,
             endpoint=self.endpoint,
-            credits=self.plan.credits_for(stage),
+            credits=self.plan.credits_per_worker if source is not None else self.plan.credits_for(stage),
+            skips_stale=source is None and self.plan.spec(stage).skips_stale,
             factory=factory,
             log_level=self.plan.log_level,
             log_format=self.plan.log_format,
@@ -90,28 +91,30 @@ class Lifecycle:
             **extra,
         )
 
-    def exited(self) -> Iterator[LocalPeer | DecodeWorker]:
+    def exited(self) -> Iterator[StageWorker | DecodeWorker]:
         """The processes that ended since the last call (each once)."""
         for worker in list(self.processes.values()):
             if not worker.process.is_alive():
                 yield worker
 
-    def forget(self, worker: LocalPeer | DecodeWorker) -> bool:
+    def forget(self, worker: StageWorker | DecodeWorker) -> bool:
         """Stop tracking an ended process; False if it was already forgotten (or replaced)."""
         if self.processes.get(worker.identity) is not worker:
             return False
         del self.processes[worker.identity]
         return True
 
-    def kill_stalled(self, now: float) -> list[LocalPeer]:
-        """Kill every local worker that has held a frame past `stall_timeout_s`: a stage stuck in a
+    def kill_stalled(self, now: float) -> list[StageWorker]:
+        """Kill every worker that has held a frame past `stall_timeout_s`: a stage stuck in a
         driver call or a deadlock never dies on its own. Its death then goes the usual way."""
         limit = self.plan.stall_timeout_s
-        killed: list[LocalPeer] = []
+        killed: list[StageWorker] = []
         if limit is None:
             return killed
         for worker in self.processes.values():
-            if not isinstance(worker, LocalPeer) or worker.stalled or not worker.inflight or worker.backend_down:
+            if not isinstance(worker, StageWorker) or worker.stalled or worker.backend_down:
+                continue
+            if not worker.inflight:
                 continue
             key, sent = min(worker.inflight.items(), key=lambda item: item[1])
             if now - sent <= limit:
@@ -124,10 +127,10 @@ class Lifecycle:
             killed.append(worker)
         return killed
 
-    def schedule_restart(self, peer: LocalPeer, how: str) -> float:
+    def schedule_restart(self, peer: StageWorker, how: str) -> float:
         """A stage worker died: start it again after a backoff (returned, in seconds). Raises
         JobFailed when its stage is not restartable (an output) or keeps dying."""
-        if peer.stage not in self.plan.restartable:
+        if self.plan.spec(peer.stage).writes_output:
             raise JobFailed(f"{peer.name} worker died ({how})")
         now = time.monotonic()
         recent = [t for t in self._deaths.get(peer.stage, []) if now - t < RESTART_WINDOW_S]

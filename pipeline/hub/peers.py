@@ -1,8 +1,9 @@
 """The workers as the hub sees them.
 
-A `LocalPeer` is a worker of a middle stage or an output, a child process reached over the hub's
+A `StageWorker` is a worker of a middle stage or an output, a child process reached over the hub's
 ipc:// socket: it has credits (frames it may still take), the frames it holds, and `send`. A
-decode worker is not a peer (it takes no work): it is a `DecodeWorker`, one per source.
+decode worker takes no work: it is a `DecodeWorker`, one per source. Every worker runs on
+this host, started by its fork server (the retired remote protocol's workers on other hosts are gone).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ Send = Callable[[bytes, dict[str, Any], Mapping[str, np.ndarray] | None], bool]
 """Send `header` and tensors to the peer with this identity on a socket; False if it is not reachable."""
 
 
-class LocalPeer:
+class StageWorker:
     """A worker of a stage (or output): a child process of this host, started from `spec`."""
 
     def __init__(self, spec: WorkerSpec, process: Any, send: Send) -> None:
@@ -94,24 +95,24 @@ class DecodeWorker:
 class Roster:
     """The peers of every stage, by stage name."""
 
-    by_stage: dict[str, list[LocalPeer]] = field(default_factory=dict)
+    by_stage: dict[str, list[StageWorker]] = field(default_factory=dict)
 
-    def of(self, stage: str) -> list[LocalPeer]:
+    def of(self, stage: str) -> list[StageWorker]:
         return self.by_stage.get(stage, [])
 
-    def add(self, peer: LocalPeer) -> None:
+    def add(self, peer: StageWorker) -> None:
         """Add `peer`; it replaces the dead worker of the same index it restarts."""
         peers = self.by_stage.setdefault(peer.stage, [])
         peers[:] = [p for p in peers if p.index != peer.index]
         peers.append(peer)
 
-    def remove(self, peer: LocalPeer) -> None:
+    def remove(self, peer: StageWorker) -> None:
         self.by_stage[peer.stage] = [p for p in self.of(peer.stage) if p is not peer]
 
     def has_ready(self, stage: str) -> bool:
         return any(peer.ready for peer in self.of(stage))
 
-    def all(self) -> Iterator[LocalPeer]:
+    def all(self) -> Iterator[StageWorker]:
         for peers in self.by_stage.values():
             yield from peers
 

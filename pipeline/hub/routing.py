@@ -6,7 +6,7 @@ last one waits in its source's reorder buffer until every frame before it is don
 queued for every output, in `seq` order, followed once by the source's `EndOfStream`. `dispatch`
 hands queued work to the workers that have credits, the least busy first, and the callers send it.
 
-A stage whose workers keep state per source (`Stage.ordered`: a tracker) gets a `_Gate` per source
+A stage whose workers keep state per source (`StageSpec.ordered`: a tracker) gets a `_Gate` per source
 instead of a shared queue: the source sticks to one worker of that stage, and its frames reach it in
 `seq` order, skipping those dropped or failed before the stage. When that worker dies, the source
 moves to another worker (its state there starts fresh) and the move is counted.
@@ -26,7 +26,6 @@ import numpy as np
 
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
 from framewire.pipeline.hub.shedding import Bounds
-from framewire.pipeline.names import INFER
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class FrameState:
 
 
 class Assignee(Protocol):
-    """What routing needs of a worker (hub.peers.LocalPeer)."""
+    """What routing needs of a worker (hub.peers.StageWorker)."""
 
     @property
     def available(self) -> bool: ...
@@ -121,9 +120,10 @@ class Router:
         outputs: Sequence[str],
         *,
         ordered: Iterable[str] = (),
+        sheds: Iterable[str] = (),
         on_done: Callable[[FrameKey, FrameState], None] | None = None,
     ) -> None:
-        """`on_done(key, state)` is called when every output has written a frame (its slot is free)."""
+        """`ordered`, `sheds`: the stages whose specs say so. `on_done(key, state)`: all outputs wrote it."""
         self.stages = tuple(stages)
         self.outputs = tuple(outputs)
         self.queues: dict[str, deque[QueueItem]] = {name: deque() for name in self.stages + self.outputs}
@@ -131,9 +131,9 @@ class Router:
         self.flows: dict[str, _Flow] = {}
         self.ordered = tuple(name for name in self.stages if name in set(ordered))
         self.gates: dict[str, dict[str, _Gate]] = {name: {} for name in self.ordered}
-        # `trim`: the live sources' frames waiting up to the model's stage (the first stage without one)
-        stages = self.stages
-        self._bounds = Bounds(stages.index(INFER) if INFER in stages else (0 if stages else -1))
+        # `trim`: the live sources' frames waiting up to the first stage that sheds (without one, the first)
+        at = next((i for i, name in enumerate(self.stages) if name in set(sheds)), 0 if self.stages else -1)
+        self._bounds = Bounds(at)
         self.moved: dict[str, int] = {name: 0 for name in self.ordered}
         """Sources moved to another worker of an ordered stage because theirs died (state lost)."""
         self._on_done = on_done

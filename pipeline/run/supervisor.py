@@ -134,11 +134,11 @@ class Supervisor:
 
     def _spawn_all(self) -> None:
         plan, hub = self.plan, self._hub
-        for name, count, factory in plan.middle:
-            for index in range(count):
-                hub.lifecycle.start_stage(name, index, factory)
-        for index, (name, factory) in enumerate(plan.outputs):
-            hub.lifecycle.start_stage(name, 0, factory, label=f"output[{index}]")
+        for spec in plan.middle:
+            for index in range(spec.workers):
+                hub.lifecycle.start_stage(spec.name, index, spec.factory)
+        for index, spec in enumerate(plan.outputs):
+            hub.lifecycle.start_stage(spec.name, 0, spec.factory, label=f"output[{index}]")
         for source in plan.sources:
             hub.inputs.add(source)
         if self._fleet is not None:

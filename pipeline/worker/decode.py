@@ -34,7 +34,7 @@ from framewire.pipeline.frame import (
 from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
 from framewire.pipeline.plan import SourceOptions
-from framewire.pipeline.names import DECODE
+from framewire.pipeline.stagespec import DECODE
 
 log = logging.getLogger(__name__)
 

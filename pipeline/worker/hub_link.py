@@ -45,6 +45,8 @@ class WorkerSpec:
     supervisor_pid: int = field(default_factory=os.getpid)
     init: Callable[[], None] | None = None
     """Run first thing in the worker (the plan's `worker_init`: e.g. OpenCV's thread pool off)."""
+    skips_stale: bool = False
+    """Its stage skips frames past their deadline (`StageSpec.skips_stale`)."""
 
     @property
     def identity(self) -> bytes:

@@ -25,7 +25,6 @@ from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.pipeline.wire.framepool import PoolCache
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
-from framewire.pipeline.names import STALE_BEFORE
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +242,7 @@ class _Loop:
         """A frame past its deadline before inference is not worth the time: say so, without
         tensors, and the hub drops it (a live source's max_staleness_ms)."""
         deadline = header.get("deadline")
-        if self.spec.stage not in STALE_BEFORE or not isinstance(deadline, int | float) or time.time() <= deadline:
+        if not self.spec.skips_stale or not isinstance(deadline, int | float) or time.time() <= deadline:
             return False
         source, seq = header.get("source"), header.get("seq")
         log.debug("%s: source %s seq %s is stale; skipped", self.spec.stage, source, seq)

@@ -23,6 +23,7 @@ from typing import Any
 from framewire.config.sinks import SinkOutput
 from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.stages.outputs.events import EventDetector
 from framewire.stages.outputs.jsonl import _plain
 from framewire.stages.outputs.record import frame_record
@@ -189,6 +190,8 @@ class BrokerSink(Stage):
     """An output that sends records and events through a sender thread: the frame path only encodes
     and queues. A broker output implements `_open` (its client, in the worker), `_send` (one batch, on
     the sender thread), `_settled` (nothing left unacknowledged) and `_close`."""
+
+    facts = Facts(writes_output=True)
 
     reads: tuple[str, ...] = ()
     batch_size = 1

@@ -17,6 +17,7 @@ from framewire.config.video_out import HlsOutput, LiveVideoOutput, PushOutput
 from framewire.media.live import Encoding, LiveCounts, LiveSender, Target, counts_line, push_target
 from framewire.pipeline import paths, uris
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.stages.outputs.record import composited_image
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ OWN_FILES = re.compile(r"^(index\.m3u8|seg\d{5,}\.ts)(\.tmp)?$")
 
 class _LiveSink(Stage):
     """One sender per source, started on its first frame and ended on its end of stream."""
+
+    facts = Facts(writes_output=True)
 
     reads = ("image", "output")  # the composited image when there is one (record.composited_image)
 

@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from framewire.pipeline.frame import Frame
-from framewire.pipeline.names import DECODE, MIDDLE, shows_output
+from framewire.config.job import MODEL_STAGES
+from framewire.pipeline.frame import IMAGE, shown_region
+from framewire.pipeline.stagespec import DECODE
 from framewire.stages.detections import EMBEDDINGS
 
 RECORD_VERSION = 2
-STAGE_ORDER = (DECODE, *MIDDLE)
+STAGE_ORDER = (DECODE, *MODEL_STAGES)
 
 
 def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
@@ -56,7 +58,6 @@ def embedding_arrays(frame: Frame) -> list[tuple[str, np.ndarray]]:
 
 
 def composited_image(frame: Frame) -> Any:
-    """The frame as the outputs should show it: composited if the composite stage ran on it."""
-    if shows_output(frame.timings, frame.meta) and frame.has_region("output"):
-        return frame.region("output")
-    return frame.region("image")
+    """The frame as the outputs should show it: composited if a stage drew on it (`Frame.SHOWS`)."""
+    shown = shown_region(frame.meta)
+    return frame.region(shown if frame.has_region(shown) else IMAGE)

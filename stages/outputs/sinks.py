@@ -21,6 +21,7 @@ from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, resolve_pa
 from framewire.pipeline import paths
 from framewire.pipeline.errors import FramewireError
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.pipeline.wire.publish import Publisher
 from framewire.stages.outputs.jsonl import JsonlWriter
 from framewire.stages.outputs.record import RECORD_VERSION, composited_image, embedding_arrays, frame_record
@@ -48,6 +49,8 @@ def resumed(info: dict[str, Any] | None) -> bool:
 
 class _PerSource(Stage):
     """Shared lifecycle: one writer per source, opened on its first frame, closed on its end."""
+
+    facts = Facts(writes_output=True)
 
     def __init__(self) -> None:
         self.streams: dict[str, dict[str, Any]] = {}
@@ -212,6 +215,8 @@ class JsonlSink(_PerSource):
 class ZmqSink(Stage):
     """Publishes `[source_id, header JSON, optional JPEG, arrays...]` for every frame of every source;
     the arrays are the secondary models' embeddings, described in the header's `arrays`."""
+
+    facts = Facts(writes_output=True)
 
     Config = ZmqOutput
 

@@ -17,18 +17,29 @@ from pydantic import ValidationError
 
 from framewire.config import EngineConfig, StepConfig
 from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.stagespec import Facts
 from framewire.registry import STEPS
-from framewire.stages.steps.base import Step
+from framewire.stages.steps.base import Step, StepParams
 from framewire.stages.tasks import validation_error
 
 def resolve_step(config: StepConfig, index: int, engine: EngineConfig, rate: int = 16000) -> Step:
     """The step of `steps.<index>`, its parameters validated; errors name `steps.<index>.<key>`.
-    `rate` is the sample rate of the sources' audio (app.plan checks they agree)."""
+    `rate` is the sample rate of the sources' audio (framewire.app.compose.audio checks they agree)."""
+    cls, params = _class_and_params(config, index)
+    return cls(params, config.stage, engine, rate)
+
+
+def step_facts(config: StepConfig, index: int) -> Facts:
+    """What the step of `steps.<index>` does (its class's `declare`), without building it."""
+    cls, params = _class_and_params(config, index)
+    return cls.declare(params)
+
+
+def _class_and_params(config: StepConfig, index: int) -> tuple[type[Step], StepParams]:
     cls = STEPS.get(config.kind, f"steps.{index}.kind")
     if not (isinstance(cls, type) and issubclass(cls, Step)):
         raise ConfigError(f"steps.{index}.kind: {config.kind!r} is not a framewire.stages.steps.base.Step subclass")
     try:
-        params = cls.Params.model_validate(config.params)
+        return cls, cls.Params.model_validate(config.params)
     except ValidationError as exc:
         raise validation_error(exc, f"steps.{index}") from None
-    return cls(params, config.stage, engine, rate)

@@ -14,6 +14,7 @@ from framewire.pipeline.wire.audioring import AudioRing, RingCache, ring_of
 from framewire.config import EngineConfig
 from framewire.pipeline.errors import FramewireError
 from framewire.pipeline.frame import Frame, Stage
+from framewire.pipeline.stagespec import Facts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +38,13 @@ class Step(Stage):
 
     kind: ClassVar[str]
     Params: ClassVar[type[StepParams]] = StepParams
+    facts = Facts()
+
+    @classmethod
+    def declare(cls, params: StepParams) -> Facts:
+        """What a step with these parameters does (`Stage.facts`); a step whose parameters decide
+        (a region that smooths) overrides this."""
+        return cls.facts
 
     def __init__(self, params: StepParams, name: str, engine: EngineConfig, rate: int) -> None:
         """`engine`: the job's engine config (a step's own model runs on it, or on the CPU); `rate`:

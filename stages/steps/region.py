@@ -22,6 +22,7 @@ from framewire.engines.registry import OpenOptions, open_engine
 from framewire.config import EngineConfig
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.stages import detections
 from framewire.stages.steps.base import Step, StepParams, model_file
 from framewire.stages.tasks.face_detection import FaceDetection, FaceDetectionParams
@@ -70,10 +71,15 @@ class Region(Step):
     Params = RegionParams
     params: RegionParams
 
+    @classmethod
+    def declare(cls, params: StepParams) -> Facts:
+        """Ordered when a face region is smoothed or held: that memory is per source."""
+        p = params if isinstance(params, RegionParams) else RegionParams.model_validate(params.model_dump())
+        return Facts(ordered=p.source == "face" and (p.smoothing > 0 or p.hold_frames > 0))
+
     def __init__(self, params: StepParams, name: str, engine: EngineConfig, rate: int) -> None:
         super().__init__(params, name, engine, rate)
         p = self.params
-        self.ordered = p.source == "face" and (p.smoothing > 0 or p.hold_frames > 0)
         self.detector = FaceDetection(FaceDetectionParams.model_validate({"score_threshold": p.score_threshold})) if p.source == "face" else None
         self.engine: Engine | None = None
         self.tracks: dict[str, _Track] = {}

@@ -29,6 +29,7 @@ from framewire.pipeline.wire.audioring import AudioRing
 from framewire.config import Backend, EngineConfig
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.stages.steps.base import AudioStep, StepParams, model_file
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class Vad(AudioStep):
     kind: ClassVar[str] = "vad"
     Params = VadParams
     params: VadParams
-    ordered = True
+    facts = Facts(ordered=True)  # Silero's state and context, per source
 
     def __init__(self, params: StepParams, name: str, engine: EngineConfig, rate: int) -> None:
         super().__init__(params, name, engine, rate)

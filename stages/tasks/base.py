@@ -123,7 +123,7 @@ class Task(ABC):
     def scales_planes(self, frame_width: int, frame_height: int) -> bool:
         """Whether `preprocess_i420` scales an I420 frame of this size before converting it (cheaper
         than converting the frame whole): a job with no video output keeps its frames as I420 then
-        (`framewire.app.compose.yuv_frames`). False by default."""
+        (`framewire.app.compose.frames.yuv_frames`). False by default."""
         return False
 
     def feeds(self, frame: Frame) -> dict[str, np.ndarray]:

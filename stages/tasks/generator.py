@@ -140,7 +140,7 @@ class Generator(Task):
         return tuple(int(d) for d in self._image_spec(name).shape)  # type: ignore[arg-type]
 
     def audio_inputs(self) -> dict[str, str | None]:
-        """Model input -> the audio_features step it takes (None: the only one), for app.plan's checks."""
+        """Model input -> the audio_features step it takes (None: the only one), for app.compose's checks."""
         return {name: f.step for name, f in self.params.inputs.items() if f.fill == "audio"}
 
     def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:

@@ -215,6 +215,29 @@ def test_validate_shipped_configs() -> None:
         assert proc.stdout.startswith(f"{ROOT / 'configs' / name}: ok")
 
 
+def test_validate_lists_the_stages_the_job_runs() -> None:
+    """The StageSpecs as the runtime gets them: each stage's name, workers and flags, fused or not."""
+    config = str(ROOT / "configs" / "default.yaml")
+    split = run_cli("validate", "-c", config, "--set", "stages.fuse=false", "--set", "stages.fuse_outputs=false")
+    assert split.returncode == 0, split.stderr
+    listed = split.stdout.split("  stages:\n")[1].splitlines()
+    rows = [(line.split()[0], line.split()[2:]) for line in listed]
+    assert rows == [
+        ("preprocess", ["skips_stale"]),
+        ("infer", ["sheds,", "skips_stale"]),
+        ("postprocess", ["-"]),
+        ("composite", ["-"]),
+        ("output0.video_file", ["writes_output"]),
+        ("output1.jsonl", ["writes_output"]),
+        ("output2.zmq", ["writes_output"]),
+    ]
+    fused = run_cli("validate", "-c", config, "--set", "stages.fuse=true", "--set", "stages.fuse_outputs=true")
+    assert fused.returncode == 0, fused.stderr
+    infer, outputs = fused.stdout.split("  stages:\n")[1].splitlines()
+    assert infer.split()[0] == "infer" and infer.endswith("[preprocess, infer, postprocess, composite]")
+    assert outputs.split()[0] == "outputs" and "writes_output" in outputs
+
+
 def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     proc = subprocess.Popen(

@@ -59,7 +59,7 @@ def _triton(url: str, shared_memory: str = "none", **more: Any) -> dict[str, Any
 def _serving(tmp: Path) -> dict[str, Path]:
     """Both shipped models as the daemon loads them (dynamic height/width for YuNet's `input_size:
     auto`, a dynamic batch), under their file names: the names the backend looks for by default."""
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
     from framewire.config import load_config
     from framewire.engines.batch_rewrite import with_batch_axis
 
@@ -225,7 +225,8 @@ def test_start_up_errors_are_one_line(server: TritonServer, tmp_path: Path) -> N
 def test_a_cascades_secondary_models_run_on_triton_too(tmp_path: Path) -> None:
     """The OCR job: text detection, then text recognition and the angle classifier on its crops, all
     three on Triton (the angle model under a name of its own: engine.triton.secondary)."""
-    from framewire.app.compose import build_secondaries, build_task
+    from framewire.app.compose.cascade import build_secondaries
+    from framewire.app.compose.model import build_task
     from framewire.config import load_config
     from framewire.engines.batch_rewrite import with_batch_axis
 

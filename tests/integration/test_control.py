@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from framewire.config import JsonlOutput, VideoFileOutput
 from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.run.supervisor import Supervisor
 from framewire.stages.outputs.sinks import JsonlSink, VideoFileSink
 from tests.support import clips, fakes
@@ -79,11 +80,11 @@ class Running:
 
 def plan(tmp: Path, sources: dict[str, int], keep_running: bool = True) -> Plan:
     return Plan(
-        middle=(
-            ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-            ("infer", 1, functools.partial(fakes.passthrough, "inf")),
+        stages=(
+            StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+            StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True),
+            StageSpec("out", 1, functools.partial(fakes.sink, str(tmp)), writes_output=True),
         ),
-        outputs=(("out", functools.partial(fakes.sink, str(tmp))),),
         sources=tuple(SourcePlan(s, functools.partial(fakes.source, s, n)) for s, n in sources.items()),
         slot_layout=fakes.layout,
         http=HttpSettings(port=0, token=TOKEN, keep_running=keep_running),
@@ -169,11 +170,14 @@ def test_removing_a_live_source_closes_its_outputs_and_others_go_on(tmp_path: Pa
 def test_a_source_id_added_again_keeps_its_earlier_files(tmp_path: Path) -> None:
     """The real file outputs: a source id re-added after it ended writes `b.2.jsonl` and `b.2.mp4`
     beside its first run's files, which keep every frame they had."""
+    jsonl = JsonlOutput(kind="jsonl", path=f"{tmp_path}/{{source_id}}.jsonl")
+    video = VideoFileOutput(kind="video_file", path=f"{tmp_path}/{{source_id}}.mp4")
     outputs = (
-        ("jsonl", functools.partial(JsonlSink, JsonlOutput(kind="jsonl", path=f"{tmp_path}/{{source_id}}.jsonl"))),
-        ("video", functools.partial(VideoFileSink, VideoFileOutput(kind="video_file", path=f"{tmp_path}/{{source_id}}.mp4"))),
-    )  # fmt: skip
-    job_plan = dataclasses.replace(plan(tmp_path, {}), outputs=outputs)
+        StageSpec("jsonl", 1, functools.partial(JsonlSink, jsonl), writes_output=True),
+        StageSpec("video", 1, functools.partial(VideoFileSink, video), writes_output=True),
+    )
+    base = plan(tmp_path, {})
+    job_plan = dataclasses.replace(base, stages=(*base.middle, *outputs))
     (tmp_path / "b.3.jsonl").write_text("from another job\n")  # a name taken on disk is skipped too
     with Running(job_plan) as job:
         job.wait_ready()

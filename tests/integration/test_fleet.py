@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from framewire.pipeline.plan import FleetSettings, HttpSettings, Plan
+from framewire.pipeline.stagespec import StageSpec
 from tests.integration.test_control import TOKEN, Running, request, wait_for
 from tests.support import fakes
 from tests.support.redis_server import redis_server
@@ -24,8 +25,10 @@ LEASE_S = 1.0
 def replica_plan(tmp: Path, store: str) -> Plan:
     seed = (("cam", {"id": "cam", "frames": 100000, "delay_s": 0.02}),)  # runs until stopped
     return Plan(
-        middle=(("infer", 1, functools.partial(fakes.passthrough, "inf")),),
-        outputs=(("out", functools.partial(fakes.sink, str(tmp))),),
+        stages=(
+            StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True),
+            StageSpec("out", 1, functools.partial(fakes.sink, str(tmp)), writes_output=True),
+        ),
         sources=(),
         slot_layout=fakes.layout,
         http=HttpSettings(port=0, token=TOKEN, keep_running=True),

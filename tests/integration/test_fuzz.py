@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from framewire.pipeline.plan import Plan, Report, SourcePlan
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
@@ -41,8 +42,12 @@ def garbage(rng: random.Random) -> list[bytes]:
 def plan_of(tmp_path: Path, **extra: Any) -> Plan:
     """200 frames of one source through 2 infer workers to a JSONL sink."""
     return Plan(
-        middle=(("infer", 2, functools.partial(fakes.passthrough, "inf", 0.002)),),
-        outputs=(("out", functools.partial(fakes.sink, str(tmp_path))),),
+        stages=(
+            StageSpec(
+                "infer", 2, functools.partial(fakes.passthrough, "inf", 0.002), sheds=True, skips_stale=True
+            ),
+            StageSpec("out", 1, functools.partial(fakes.sink, str(tmp_path)), writes_output=True),
+        ),
         sources=(SourcePlan("a", functools.partial(fakes.source, "a", 200, delay_s=0.003)),),
         slot_layout=fakes.layout,
         **extra,

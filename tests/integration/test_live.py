@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import zmq
 
-from framewire.app.compose import source_plan
+from framewire.app.compose.sources import source_plan
 from framewire.config import SourceConfig
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.plan import Plan, Report, SourceOptions, SourcePlan
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes, live_fakes
@@ -36,14 +37,14 @@ GAP_S = float(os.environ.get("FRAMEWIRE_TEST_RTSP_GAP_S", "10"))
 
 
 def live_plan(out: Path, sources: list[SourcePlan], *, middle: Any = None, **overrides: Any) -> Plan:
+    middle = middle or (
+        StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+        StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True),
+        StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+    )
+    sink = StageSpec("out", 1, functools.partial(live_fakes.timed_sink, str(out)), writes_output=True)
     return Plan(
-        middle=middle
-        or (
-            ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-            ("infer", 1, functools.partial(fakes.passthrough, "inf")),
-            ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
-        ),
-        outputs=(("out", functools.partial(live_fakes.timed_sink, str(out))),),
+        stages=(*middle, sink),
         sources=tuple(sources),
         slot_layout=fakes.layout,
         **overrides,
@@ -244,9 +245,10 @@ N_FRAMES = 100
 def _policy_plan(out: Path, options: dict[str, Any], *, infer_s: float, slots: int) -> Plan:
     source = SourcePlan("live", functools.partial(fakes.source, "live", N_FRAMES, delay_s=0.01), SourceOptions(**options))
     middle = (
-        ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-        ("infer", 1, functools.partial(live_fakes.slow, "inf", infer_s)),
-        ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+        StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+        StageSpec("infer", 1, functools.partial(live_fakes.slow, "inf", infer_s),
+                  sheds=True, skips_stale=True),
+        StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
     )
     return live_plan(out, [source], middle=middle, slots_per_source=slots)
 

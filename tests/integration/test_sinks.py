@@ -16,6 +16,7 @@ import pytest
 
 from framewire.config.sinks import KafkaOutput, MqttOutput, WebhookOutput
 from framewire.pipeline.frame import Frame, StageContext
+from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.outputs.kafka import KafkaSink
 from framewire.stages.outputs.mqtt import MqttSink
 from framewire.stages.outputs.webhook import WebhookSink
@@ -271,7 +272,7 @@ def test_a_live_source_going_offline_and_back_reaches_the_sink_as_events(tmp_pat
     the webhook output sends both."""
     import functools
 
-    from framewire.app.compose import source_plan
+    from framewire.app.compose.sources import source_plan
     from framewire.config import SourceConfig
     from framewire.pipeline.plan import Plan
     from framewire.pipeline.run.supervisor import Supervisor
@@ -282,8 +283,9 @@ def test_a_live_source_going_offline_and_back_reaches_the_sink_as_events(tmp_pat
     servers = [spawn(port)]
     cam = SourceConfig(id="cam", uri=f"rtsp://127.0.0.1:{port}/live", timeout_s=2, reconnect={"initial_s": 0.2, "max_s": 0.5})
     config = WebhookOutput(kind="webhook", url=hook.url, batch_records=10, batch_ms=50)
-    plan = Plan(middle=(("infer", 1, functools.partial(fakes.passthrough, "inf")),),
-                outputs=(("output0.webhook", functools.partial(WebhookSink, config)),),
+    model = StageSpec("infer", 1, functools.partial(fakes.passthrough, "inf"), sheds=True, skips_stale=True)
+    plan = Plan(stages=(model,
+                StageSpec("output0.webhook", 1, functools.partial(WebhookSink, config), writes_output=True)),
                 sources=(source_plan(cam),), slot_layout=fakes.layout)  # fmt: skip
     supervisor = Supervisor(plan)
 

@@ -18,6 +18,7 @@ import pytest
 
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.plan import HttpSettings, Plan, Report, SourcePlan
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.run.supervisor import Supervisor
 from tests.support import fakes
 
@@ -28,15 +29,18 @@ def make_plan(out: Path, sources: dict[str, int], *, infer_workers: int = 2, **o
     middle = overrides.pop(
         "middle",
         (
-            ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-            ("infer", infer_workers, functools.partial(fakes.passthrough, "inf", 0.01)),
-            ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+            StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+            StageSpec(
+                "infer", infer_workers, functools.partial(fakes.passthrough, "inf", 0.01),
+                sheds=True, skips_stale=True,
+            ),
+            StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
         ),
     )
     source_kwargs = overrides.pop("source_kwargs", {})
+    output = overrides.pop("output", functools.partial(fakes.sink, str(out)))
     return Plan(
-        middle=middle,
-        outputs=(("out", functools.partial(fakes.sink, str(out))),),
+        stages=(*middle, StageSpec("out", 1, output, writes_output=True)),
         sources=tuple(
             SourcePlan(sid, functools.partial(fakes.source, sid, n, **source_kwargs.get(sid, {})))
             for sid, n in sources.items()
@@ -105,7 +109,6 @@ def test_sigkill_of_a_middle_worker_loses_nothing(tmp_path: Path, stage: str) ->
 def test_death_of_an_output_ends_the_job_with_an_error(tmp_path: Path) -> None:
     progress, killed = kill_when(10, "output")
     plan = make_plan(tmp_path, {"a": 2000}, source_kwargs={"a": {"delay_s": 0.002}})
-    plan = Plan(**{**plan.__dict__, "outputs": (("out", plan.outputs[0][1]),)})
     started = time.monotonic()
     report = Supervisor(plan, progress=progress).run()
     assert killed
@@ -116,9 +119,12 @@ def test_death_of_an_output_ends_the_job_with_an_error(tmp_path: Path) -> None:
 
 def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path) -> None:
     middle = (
-        ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-        ("infer", 2, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung"))),
-        ("postprocess", 1, functools.partial(fakes.passthrough, "post")),
+        StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+        StageSpec(
+            "infer", 2, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung")),
+            sheds=True, skips_stale=True,
+        ),
+        StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post")),
     )
     supervisor = Supervisor(make_plan(tmp_path, {"a": 80}, middle=middle, stall_timeout_s=1.0))
     started = time.monotonic()
@@ -133,8 +139,8 @@ def test_a_hung_worker_is_killed_and_restarted_and_loses_nothing(tmp_path: Path)
 
 
 def test_a_hung_output_ends_the_job_with_one_line(tmp_path: Path) -> None:
-    plan = make_plan(tmp_path, {"a": 40}, stall_timeout_s=1.0)
-    plan = Plan(**{**plan.__dict__, "outputs": (("out", functools.partial(fakes.HangingSink, str(tmp_path), 5)),)})
+    hanging = functools.partial(fakes.HangingSink, str(tmp_path), 5)
+    plan = make_plan(tmp_path, {"a": 40}, stall_timeout_s=1.0, output=hanging)
     started = time.monotonic()
     report = Supervisor(plan).run()
     assert report.exit_code == 1
@@ -165,7 +171,7 @@ def test_a_failing_source_does_not_stop_the_others(tmp_path: Path) -> None:
 
 
 def test_start_up_failure_is_fatal_with_its_message(tmp_path: Path) -> None:
-    middle = (("infer", 2, fakes.failing_start),)
+    middle = (StageSpec("infer", 2, fakes.failing_start, sheds=True, skips_stale=True),)
     started = time.monotonic()
     report = Supervisor(make_plan(tmp_path, {"a": 10}, middle=middle)).run()
     assert report.exit_code == 1
@@ -174,7 +180,7 @@ def test_start_up_failure_is_fatal_with_its_message(tmp_path: Path) -> None:
 
 
 def test_a_frame_that_fails_is_passed_on_and_counted(tmp_path: Path) -> None:
-    middle = (("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
+    middle = (StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
     report = Supervisor(make_plan(tmp_path, {"a": 20}, middle=middle)).run()
     assert report.exit_code == 1 and report.failed == {"a": 1}
     recs = records(tmp_path, "a")
@@ -184,7 +190,7 @@ def test_a_frame_that_fails_is_passed_on_and_counted(tmp_path: Path) -> None:
 
 
 def test_fail_policy_ends_the_job(tmp_path: Path) -> None:
-    middle = (("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
+    middle = (StageSpec("postprocess", 1, functools.partial(fakes.passthrough, "post", 0.0, 7)),)
     report = Supervisor(make_plan(tmp_path, {"a": 20}, middle=middle, skip_failed_frames=False)).run()
     assert report.exit_code == 1
     assert "postprocess failed on source a frame 7" in (report.error or "")
@@ -216,10 +222,11 @@ def test_stop_request_drains_and_closes(tmp_path: Path) -> None:
 
 def test_dynamic_batching_across_sources_keeps_every_frame_in_order(tmp_path: Path) -> None:
     middle = (
-        ("preprocess", 1, functools.partial(fakes.passthrough, "pre")),
-        ("infer", 1, functools.partial(fakes.batching, "inf", 4, 20.0)),
+        StageSpec("preprocess", 1, functools.partial(fakes.passthrough, "pre"), skips_stale=True),
+        StageSpec("infer", 1, functools.partial(fakes.batching, "inf", 4, 20.0), sheds=True, skips_stale=True,
+                  credits=8),
     )
-    plan = make_plan(tmp_path, {"a": 60, "b": 60, "c": 60}, middle=middle, stage_credits={"infer": 8})
+    plan = make_plan(tmp_path, {"a": 60, "b": 60, "c": 60}, middle=middle)
     report = Supervisor(plan).run()
     assert report.exit_code == 0, report.error
     sizes = []
@@ -234,11 +241,12 @@ def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_wo
     # Two infer workers that sleep at random put frames out of order; the tracker-like stage after
     # them still sees each source's frames one after the other, each source on one of its workers.
     middle = (
-        ("infer", 2, functools.partial(fakes.passthrough, "inf", 0.01)),
-        ("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path))),
+        StageSpec("infer", 2, functools.partial(fakes.passthrough, "inf", 0.01),
+                  sheds=True, skips_stale=True),
+        StageSpec("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path)), ordered=True),
     )
     sources = {"a": 60, "b": 60, "c": 60}
-    report = Supervisor(make_plan(tmp_path, sources, middle=middle, ordered=frozenset({"composite"}))).run()
+    report = Supervisor(make_plan(tmp_path, sources, middle=middle)).run()
     assert report.exit_code == 0, report.error
     for source, frames in sources.items():
         assert_complete(tmp_path, source, frames, ["inf", "track"])
@@ -249,9 +257,10 @@ def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_wo
 
 
 def test_when_the_worker_of_a_source_dies_the_source_moves_on_in_order(tmp_path: Path) -> None:
-    middle = (("composite", 2, functools.partial(fakes.ordered, "track", str(tmp_path), 0.005)),)
+    tracker = functools.partial(fakes.ordered, "track", str(tmp_path), 0.005)
+    middle = (StageSpec("composite", 2, tracker, ordered=True),)
     progress, killed = kill_when(30, "composite[")
-    supervisor = Supervisor(make_plan(tmp_path, {"a": 120}, middle=middle, ordered=frozenset({"composite"})), progress)
+    supervisor = Supervisor(make_plan(tmp_path, {"a": 120}, middle=middle), progress)
     report = supervisor.run()
     assert killed and report.exit_code == 0, report.error
     assert report.restarts == {"composite": 1}

@@ -242,7 +242,7 @@ def main() -> None:
     (as the daemon loads them, under their file names) until Ctrl-C; prints the URL and token."""
     import argparse
 
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
     from framewire.config import load_config
     from framewire.engines.batch_rewrite import with_batch_axis
 

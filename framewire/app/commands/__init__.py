@@ -63,7 +63,8 @@ def input_roots(config_path: str | Path) -> list[Path]:
 def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
     """The config of `-c` with its `--set` overrides (then `extra`), inputs resolved against ROOT;
     the task's and the composites' own keys are checked too, so their errors name the file as well."""
-    from framewire.app.compose import build_composites, build_task
+    from framewire.app.compose.outputs import build_composites
+    from framewire.app.compose.model import build_task
     from framewire.config import load_config, resolve_inputs
     from framewire.pipeline.errors import ConfigError
 

@@ -26,7 +26,8 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
 
 def build_engine(args: argparse.Namespace) -> int:
     from framewire.app.commands import load_job
-    from framewire.app.compose import build_task, check, engine_axes, engine_options
+    from framewire.app.compose.model import build_task, engine_axes, engine_options
+    from framewire.app.compose.plan import check
     from framewire.engines import cuda
     from framewire.engines.registry import build_request
     from framewire.engines.trt_build import ensure_engine, import_tensorrt

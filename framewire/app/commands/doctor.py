@@ -60,7 +60,7 @@ def benchmark(config: Any, seconds: float) -> str:
     the first source's size; returns one line."""
     import numpy as np
 
-    from framewire.app.compose import build_task, engine_axes, engine_options
+    from framewire.app.compose.model import build_task, engine_axes, engine_options
     from framewire.config import Backend
     from framewire.engines.registry import choose_backend, open_engine
 

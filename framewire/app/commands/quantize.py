@@ -108,7 +108,7 @@ def _add_check_args(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from framewire.app.commands import load_job
     from framewire.app.engine_inputs import task_feeds
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
     from framewire.config import SourceConfig
     from framewire.engines.quantize import (
         QuantizeOptions,

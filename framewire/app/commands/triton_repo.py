@@ -128,7 +128,7 @@ class Entry:
 
 def triton_repo(args: argparse.Namespace) -> int:
     from framewire.app.commands import load_job
-    from framewire.app.compose import check
+    from framewire.app.compose.plan import check
 
     config = load_job(args)
     check(config)
@@ -146,7 +146,8 @@ def triton_repo(args: argparse.Namespace) -> int:
 
 def _entries(config: Config, args: argparse.Namespace) -> list[Entry]:
     """The main model and each secondary one, named, with their axes, batching and instances."""
-    from framewire.app.compose import build_secondaries, build_task
+    from framewire.app.compose.cascade import build_secondaries
+    from framewire.app.compose.model import build_task
     from framewire.engines.batch_rewrite import with_batch_axis
     from framewire.pipeline.errors import ConfigError
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from framewire.app.compose import _output, encoder_threads
+from framewire.app.compose.outputs import _output, encoder_threads
 from framewire.config import validate_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,7 +48,7 @@ def test_auto_is_resolved_for_the_output_and_a_number_is_kept() -> None:
 def test_workers_start_with_opencv_s_thread_pool_off() -> None:
     import cv2
 
-    from framewire.app.compose import build_plan, single_threaded_opencv
+    from framewire.app.compose.plan import build_plan, single_threaded_opencv
 
     assert build_plan(_config()).worker_init is single_threaded_opencv
     before = cv2.getNumThreads()

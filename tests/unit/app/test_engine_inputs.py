@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from framewire.app.engine_inputs import calibration_batches, source_input_shapes
-from framewire.app.compose import engine_options
+from framewire.app.compose.model import engine_options
 from framewire.config import SourceConfig, load_config
 from framewire.stages.tasks import resolve_task
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from framewire.app.compose import slot_layout, yuv_frames
+from framewire.app.compose.frames import slot_layout, yuv_frames
 from framewire.config import validate_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +63,7 @@ def test_a_console_preview_of_an_i420_frame_is_its_picture() -> None:
     import cv2
     import numpy as np
 
-    from framewire.app.compose import _preview
+    from framewire.app.compose.http import _preview
     from framewire.media.jpeg import jpeg_encoder
 
     bgr = np.zeros((272, 640, 3), np.uint8)
@@ -75,7 +75,7 @@ def test_a_console_preview_of_an_i420_frame_is_its_picture() -> None:
 
 
 def test_a_fused_job_keeps_the_model_input_in_the_infer_worker_unless_tensorrt_reads_the_pool() -> None:
-    from framewire.app.compose import own_model_input
+    from framewire.app.compose.model import own_model_input
 
     assert not own_model_input(_config())  # stages apart: preprocess hands the input on in the slot
     fused = _config(fuse=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from framewire.app.compose import make_source
+from framewire.app.compose.sources import make_source
 from framewire.config import load_config
 from framewire.pipeline.errors import ConfigError
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from framewire.app.compose import _track, check
+from framewire.app.compose.analytics import _track
+from framewire.app.compose.plan import check
 from framewire.config import load_config, validate_config
 from framewire.pipeline.errors import ConfigError
 

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from framewire.app.compose import build_plan, check
+from framewire.app.compose.plan import check, stage_specs
 from framewire.config import validate_config
 from framewire.pipeline.errors import ConfigError
 
@@ -142,14 +142,14 @@ def test_config_level_errors_name_the_key() -> None:
 def test_stages_of_a_tracking_cascade_split_and_fused() -> None:
     model = {"path": DET, "task": "text_detection"}
     secondary = [{"name": "text", "path": REC, "task": "text_recognition", "reinfer_every": 10}]
-    split = build_plan(_config(model, secondary=secondary, tracking={"interval": 2}), check_engine=False)
-    assert split.stage_names == ("preprocess", "infer", "postprocess", "track", "secondary")
-    assert split.ordered == frozenset({"track", "secondary"})
-    plain = build_plan(
-        _config(model, secondary=[{"name": "text", "path": REC, "task": "text_recognition"}]),
-        check_engine=False,
-    )
-    assert plain.ordered == frozenset()  # no tracking, no per-track reuse: nothing stateful
-    fused = build_plan(_config(model, tracking={}, stages={"fuse": True}), check_engine=False)
-    assert fused.stage_names == ("infer",) and fused.ordered == frozenset({"infer"})
-    assert fused.members["infer"] == ("preprocess", "infer", "postprocess", "track")
+    tracked = _config(model, secondary=secondary, tracking={"interval": 2})
+    split = [s for s in stage_specs(tracked) if not s.writes_output]
+    assert [s.name for s in split] == ["preprocess", "infer", "postprocess", "track", "secondary"]
+    assert [s.name for s in split if s.ordered] == ["track", "secondary"]
+    assert [s.name for s in split if s.feeds_tracks] == ["track"]
+    plain = stage_specs(_config(model, secondary=[{"name": "text", "path": REC, "task": "text_recognition"}]))
+    assert not any(s.ordered for s in plain)  # no tracking, no per-track reuse: nothing stateful
+    fused, *outputs = stage_specs(_config(model, tracking={}, stages={"fuse": True}))
+    assert all(s.writes_output for s in outputs)
+    assert fused.name == "infer" and fused.ordered and fused.feeds_tracks
+    assert fused.members == ("preprocess", "infer", "postprocess", "track")

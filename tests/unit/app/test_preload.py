@@ -34,7 +34,7 @@ from framewire.pipeline.worker.forkserver import worker_context
 
 def build(config_path, out):
     before = set(sys.modules)
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
     from framewire.config import load_config, resolve_inputs
     from framewire.engines.registry import choose_backend
     config = resolve_inputs(load_config(config_path), [os.path.dirname(os.path.dirname(config_path))])

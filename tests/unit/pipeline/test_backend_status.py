@@ -13,6 +13,7 @@ from framewire.pipeline.hub.header import FrameKey
 from framewire.pipeline.ops.service import Health
 from framewire.pipeline.ops.telemetry import Telemetry
 from framewire.pipeline.plan import Plan
+from framewire.pipeline.stagespec import StageSpec
 from tests.unit.pipeline.test_lifecycle import lifecycle, stage_factory
 
 pytestmark = pytest.mark.timeout(30)
@@ -24,7 +25,8 @@ def test_not_ready_while_every_worker_of_a_stage_waits_for_its_backend() -> None
     out = life.start_stage("out", 0, stage_factory)
     for peer in (a, b, out):
         peer.ready = True
-    plan = Plan(middle=(("infer", 2, functools.partial(int)),), outputs=(("out", functools.partial(int)),),
+    model = StageSpec("infer", 2, functools.partial(int), sheds=True, skips_stale=True)
+    plan = Plan(stages=(model, StageSpec("out", 1, functools.partial(int), writes_output=True)),
                 sources=(), slot_layout=lambda source, info: {})  # fmt: skip
     health = Health(plan, life.roster, SimpleNamespace(granting=True), lambda: False)  # type: ignore[arg-type]
     assert health()["ready"] is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from framewire.config import load_config
+from framewire.app.compose.plan import stage_specs
 from framewire.pipeline.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
@@ -31,7 +32,7 @@ def test_audio_defaults_and_stage_names() -> None:
     config = load(steps="[{kind: region}, {kind: audio_features, name: mel}]")
     audio = config.sources[0].audio  # type: ignore[attr-defined]
     assert (audio.uri, audio.sample_rate, audio.buffer_s, audio.missing.policy, audio.kind) == ("s.wav", 16000, 10.0, "silence", "file")
-    assert config.stage_names()[:3] == ["region", "mel", "preprocess"]  # type: ignore[attr-defined]
+    assert [s.name for s in stage_specs(config)][:3] == ["region", "mel", "preprocess"]
     assert load(source="audio: {uri: 'zmq+tcp://127.0.0.1:5571'}").sources[0].audio.kind == "zmq"  # type: ignore[attr-defined]
 
 

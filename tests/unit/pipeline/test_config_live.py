@@ -60,7 +60,7 @@ def test_all_live_keys_load() -> None:
 
 
 def test_a_live_source_bounds_its_waiting_frames_and_a_file_does_not() -> None:
-    from framewire.app.compose import MAX_WAITING, source_plan
+    from framewire.app.compose.sources import MAX_WAITING, source_plan
 
     cam, own, file = load(
         "  - {id: cam, uri: 'rtsp://h/s'}\n"

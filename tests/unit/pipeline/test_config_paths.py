@@ -28,7 +28,7 @@ def test_a_missing_labels_file_is_one_line_naming_the_key(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "configs" / "ssd.yaml").read_text().replace("coco_labels.txt", "nope.txt")
     config = resolve_inputs(load_config("ssd.yaml", text=text), [ROOT])
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
 
     with pytest.raises(ConfigError) as info:
         build_task(config)
@@ -40,7 +40,7 @@ def test_a_missing_labels_file_is_one_line_naming_the_key(tmp_path: Path, monkey
 def test_a_union_members_error_names_the_key_alone() -> None:
     text = (ROOT / "configs" / "ssd.yaml").read_text()
     config = resolve_inputs(load_config("ssd.yaml", ["model.labels=5"], text=text), [ROOT])
-    from framewire.app.compose import build_task
+    from framewire.app.compose.model import build_task
 
     with pytest.raises(ConfigError) as info:
         build_task(config)

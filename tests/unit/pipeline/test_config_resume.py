@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from framewire.app.compose import make_source
+from framewire.app.compose.sources import make_source
 from framewire.config import load_config
 from framewire.pipeline.errors import ConfigError
 from framewire.sources.file import FileSource

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framewire.app.compose import _http
+from framewire.app.compose.http import http_settings
 from framewire.config import Config, load_config
 from framewire.config.video_out import HlsOutput, PushOutput
 from framewire.pipeline.errors import ConfigError
@@ -46,7 +46,7 @@ def test_defaults_and_the_muxer_from_the_scheme() -> None:
     assert push.muxer == "rtsp" and (push.preset, push.tune, push.queue_frames) == ("ultrafast", "zerolatency", 8)
     assert (hls.segment_s, hls.keep_segments) == (2.0, 6)
     assert load("outputs.0.url=rtmp://media/live/{source_id}").outputs[0].muxer == "flv"  # type: ignore[attr-defined]
-    settings = _http(config)
+    settings = http_settings(config)
     assert settings is not None and settings.hls == ("out/hls/{source_id}",)
 
 

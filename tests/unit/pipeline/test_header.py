@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framewire.pipeline.hub.header import FrameHeader, FrameKey, ResultHeader
+from framewire.pipeline.hub.header import FrameHeader, FrameKey, ReadyHeader, ResultHeader
 from framewire.pipeline.wire.messages import WireError
 
 pytestmark = pytest.mark.timeout(30)
@@ -34,3 +34,12 @@ def test_a_result_header_spans_and_staleness() -> None:
     assert result.span("infer") == 0.25
     assert result.span("bad") is None and result.span("odd") is None and result.span("missing") is None
     assert ResultHeader.read({"source": "cam", "seq": 4, "stale": True, "ts": "no"}) == (FrameKey("cam", 4), True, {})
+
+
+def test_a_ready_says_its_credits_and_provider_or_defaults() -> None:
+    assert ReadyHeader.read({"type": "ready", "credits": 6, "provider": "CUDAExecutionProvider"}) == (
+        6,
+        "CUDAExecutionProvider",
+    )
+    assert ReadyHeader.read({"type": "ready"}) == (1, None)
+    assert ReadyHeader.read({"credits": "6", "provider": 3}) == (1, None)  # mistyped: as if absent

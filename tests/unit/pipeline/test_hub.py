@@ -16,6 +16,7 @@ import zmq
 from framewire.pipeline.hub.core import Hub
 from framewire.pipeline.plan import Plan, Policy, Report, SourceOptions, SourcePlan
 from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.stagespec import StageSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -58,7 +59,8 @@ def unused() -> Any:
 @pytest.fixture()
 def hub(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Hub, Recorder, dict[str, zmq.Socket]]]:
     options = getattr(request, "param", SourceOptions())  # the source's, where a test says (indirect)
-    plan = Plan(middle=(("infer", 1, unused),), outputs=(("out", unused),),
+    model = StageSpec("infer", 1, unused, sheds=True, skips_stale=True)
+    plan = Plan(stages=(model, StageSpec("out", 1, unused, writes_output=True)),
                 sources=(SourcePlan("cam", functools.partial(unused), options),),
                 slot_layout=lambda source, info: {"image": ((4, 4, 3), "uint8")})  # fmt: skip
     observer = Recorder()

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from framewire.pipeline.errors import JobFailed
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.plan import Plan, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle, exit_text
-from framewire.pipeline.hub.peers import DecodeWorker, LocalPeer, Roster
+from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.header import FrameKey
 
 pytestmark = pytest.mark.timeout(30)
@@ -50,14 +51,18 @@ def lifecycle(**plan: Any) -> tuple[Lifecycle, list[FakeProcess], list[tuple[byt
         return True
 
     defaults: dict[str, Any] = {
-        "middle": (("infer", 2, stage_factory),), "outputs": (("out", stage_factory),), "sources": (),
+        "stages": (
+            StageSpec("infer", 2, stage_factory, sheds=True, credits=plan.pop("infer_credits", None)),
+            StageSpec("out", 1, stage_factory, writes_output=True),
+        ),
+        "sources": (),
         "slot_layout": lambda sid, info: {}, "restart_backoff_s": (0.1, 0.3), "max_restarts": 3,
     }
     return Lifecycle(Plan(**{**defaults, **plan}), "ipc:///nowhere", send, Roster(), start), started, sent
 
 
 def test_workers_start_with_their_stage_credits_and_join_the_roster() -> None:
-    life, started, _ = lifecycle(stage_credits={"infer": 6})
+    life, started, _ = lifecycle(infer_credits=6)
     infer = life.start_stage("infer", 1, stage_factory)
     out = life.start_stage("out", 0, stage_factory, label="output[0]")
     decode = life.start_decode(SourcePlan("cam", stage_factory), 0)
@@ -78,7 +83,7 @@ def test_a_dead_worker_comes_back_after_a_doubling_backoff_as_a_new_generation()
     assert len(started) == 1  # not yet
     life.restart_due(now=float("inf"))
     again = life.roster.of("infer")[0]
-    assert isinstance(again, LocalPeer) and again.spec.generation == 1 and again.index == 0
+    assert isinstance(again, StageWorker) and again.spec.generation == 1 and again.index == 0
     assert life.schedule_restart(again, "exit code 1") == pytest.approx(0.2)
 
 

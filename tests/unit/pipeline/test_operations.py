@@ -12,6 +12,7 @@ import pytest
 from framewire.pipeline.plan import Plan
 from framewire.pipeline.ops.service import Health
 from framewire.pipeline.hub.peers import Roster
+from framewire.pipeline.stagespec import StageSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,7 +27,8 @@ class _Roster(Roster):
 
 
 def plan() -> Plan:
-    return Plan(middle=(("infer", 1, functools.partial(int)),), outputs=(("out", functools.partial(int)),),
+    model = StageSpec("infer", 1, functools.partial(int), sheds=True, skips_stale=True)
+    return Plan(stages=(model, StageSpec("out", 1, functools.partial(int), writes_output=True)),
                 sources=(), slot_layout=lambda source, info: {})  # fmt: skip
 
 

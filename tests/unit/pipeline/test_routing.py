@@ -49,9 +49,13 @@ class Hub:
     """A router and its workers, with the hub's part of the loop done by hand."""
 
     def __init__(self, stages: tuple[str, ...] = ("pre", "infer"), outputs: tuple[str, ...] = ("out",),
-                 ordered: tuple[str, ...] = (), workers: dict[str, list[Worker]] | None = None) -> None:
+                 ordered: tuple[str, ...] = (), workers: dict[str, list[Worker]] | None = None,
+                 sheds: tuple[str, ...] = ("infer",)) -> None:
+        """`sheds`: the stage whose spec says it sheds (the model's), up to which live frames are bounded."""
         self.done: list[FrameKey] = []
-        self.router = Router(stages, outputs, ordered=ordered, on_done=lambda key, state: self.done.append(key))
+        self.router = Router(
+            stages, outputs, ordered=ordered, sheds=sheds, on_done=lambda key, state: self.done.append(key)
+        )
         self.workers = workers or {name: [Worker(f"{name}0")] for name in stages + outputs}
 
     def dispatch(self) -> None:

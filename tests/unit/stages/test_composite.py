@@ -326,7 +326,7 @@ def test_a_frame_nothing_draws_on_is_shown_as_decoded_without_a_copy(
 ) -> None:
     """No detection a composite acts on: the frame is not copied to `output`, and every reader of
     the composited frame (the outputs, the hub's frame tap) shows `image` instead."""
-    from framewire.pipeline.names import COMPOSITE, shows_output
+    from framewire.pipeline.frame import shown_region
     from framewire.stages.outputs.record import composited_image
 
     image, output = _noise(), np.zeros((272, 640, 3), np.uint8)
@@ -334,29 +334,27 @@ def test_a_frame_nothing_draws_on_is_shown_as_decoded_without_a_copy(
     stage = CompositeStage([resolve_composite(kind, params, i) for i, (kind, params) in enumerate(composites)])
     frame = _frame(_FakePool(image=image, output=output), result)
     (done,) = stage.process(frame)
-    done.timings[COMPOSITE] = [0.0, 0.0]  # as the worker loop stamps it
     assert not output.any()  # left alone: no copy
     np.testing.assert_array_equal(image, original)
     assert composited_image(done) is image
-    header = done.to_header()
-    assert not shows_output(header["ts"], header.get("meta"))
+    header = done.to_header()  # the hub reads it from the header it is handed
+    assert shown_region(header.get("meta")) == "image"
 
 
 def test_a_frame_one_composite_draws_on_is_copied_and_drawn_by_all() -> None:
     """One composite acting on the frame is enough: the frame is copied and every composite draws,
     and the readers show `output`."""
-    from framewire.pipeline.names import COMPOSITE, shows_output
+    from framewire.pipeline.frame import shown_region
     from framewire.stages.outputs.record import composited_image
 
     image, output = _noise(), np.zeros((272, 640, 3), np.uint8)
     stage = CompositeStage([resolve_composite("blur", {"classes": ["plate"]}), resolve_composite("boxes", {}, 1)])
     (done,) = stage.process(_frame(_FakePool(image=image, output=output), {"detections": [FACE]}))
-    done.timings[COMPOSITE] = [0.0, 0.0]
     changed = _changed(image, output)
     assert changed[55:165, 95:185].any() and not changed[:, 300:].any()  # the outline, and the rest copied
     assert composited_image(done) is output
     header = done.to_header()
-    assert shows_output(header["ts"], header.get("meta"))
+    assert shown_region(header.get("meta")) == "output"
 
 
 def test_a_composite_of_unknown_kind_draws_on_every_frame() -> None:

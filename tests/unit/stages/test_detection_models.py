@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from framewire.app.compose import model_info
+from framewire.app.compose.model import model_info
 from framewire.engines.onnxruntime import OnnxRuntimeEngine
 from framewire.stages import detections
 from framewire.stages.tasks import resolve_task

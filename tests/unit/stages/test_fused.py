@@ -4,15 +4,17 @@ wires `stages.fuse` / `stages.fuse_outputs` into fewer processes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
-from framewire.app.compose import build_plan
+from framewire.app.compose.plan import build_plan
 from framewire.config import load_config
 from framewire.pipeline.frame import Frame, Stage, StageContext
-from framewire.stages.fused import Fused, MemberFailed, Outputs
+from framewire.pipeline.stagespec import StageSpec
+from framewire.stages.fused import Fused, MemberFailed, Outputs, fuse_middle, fuse_outputs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,11 +127,41 @@ def test_without_a_batcher_the_worker_never_batches_and_a_batch_runs_frame_by_fr
 
 
 def test_a_member_that_keeps_per_source_state_makes_the_fused_stage_ordered() -> None:
+    model = StageSpec("infer", 3, int, sheds=True, skips_stale=True, credits=8)
+    tracker = StageSpec("track", 1, int, ordered=True, feeds_tracks=True)
+    (alone,) = fuse_middle([StageSpec("pre", 1, int, skips_stale=True), model])
+    assert not alone.ordered and alone.skips_stale
+    (fused,) = fuse_middle([model, tracker])
+    assert fused.ordered and fused.feeds_tracks and fused.sheds
+    assert (fused.name, fused.workers, fused.credits, fused.members) == ("infer", 3, 8, ("infer", "track"))
+
+
+def test_fusion_is_a_transform_of_the_list() -> None:
+    """Only the middle stages fuse, into the model's (the one that sheds), outputs untouched; nothing
+    to fuse into, or one output, leaves the list as it was."""
+    pre, post = StageSpec("pre", 1, int, skips_stale=True), StageSpec("post", 2, int)
+    model = StageSpec("infer", 2, int, sheds=True, skips_stale=True)
+    out0 = StageSpec("output0.jsonl", 1, int, writes_output=True)
+    out1 = StageSpec("output1.zmq", 1, int, writes_output=True)
+    fused = fuse_middle([pre, model, post, out0, out1])
+    assert [s.name for s in fused] == ["infer", "output0.jsonl", "output1.zmq"]
+    assert fused[0].members == ("pre", "infer", "post") and fused[1:] == [out0, out1]
+    assert fuse_middle([pre, post, out0]) == [pre, post, out0]  # no model's stage to fuse into
+    both = fuse_outputs(fused)
+    assert [s.name for s in both] == ["infer", "outputs"]
+    assert both[1].writes_output and both[1].workers == 1
+    assert both[1].members == ("output0.jsonl", "output1.zmq")
+    assert fuse_outputs([model, out0]) == [model, out0]
+
+
+def test_a_fused_spec_builds_its_members_in_order_in_the_worker() -> None:
     events: list[str] = []
-    tracker = Step("tracker", events)
-    tracker.ordered = True
-    assert not Fused([("a", Step("a", events))]).ordered
-    assert Fused([("a", Step("a", events)), ("tracker", tracker)]).ordered
+    specs = [StageSpec(n, 1, functools.partial(Step, n, events), sheds=n == "b") for n in ("a", "b", "c")]
+    (spec,) = fuse_middle(specs)
+    stage = spec.factory()
+    assert isinstance(stage, Fused) and stage.names == ("a", "b", "c")
+    out = next(iter(stage.process(frame())))
+    assert out.meta["trail"] == ["a", "b", "c"]
 
 
 def test_outputs_each_get_every_frame_and_a_failing_one_is_named() -> None:
@@ -146,18 +178,18 @@ def test_outputs_each_get_every_frame_and_a_failing_one_is_named() -> None:
 def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
     config = ROOT / "configs" / "default.yaml"
     split = build_plan(load_config(config, ["stages.fuse=false", "stages.fuse_outputs=false"]))
-    assert [name for name, _, _ in split.middle] == ["preprocess", "infer", "postprocess", "composite"]
-    assert [name for name, _ in split.outputs] == ["output0.video_file", "output1.jsonl", "output2.zmq"]
-    assert split.members == {}
+    assert split.stage_names == ("preprocess", "infer", "postprocess", "composite")
+    assert split.output_names == ("output0.video_file", "output1.jsonl", "output2.zmq")
+    assert not any(s.members for s in split.stages)
 
     fused = build_plan(load_config(config, ["stages.fuse=true", "stages.fuse_outputs=true"]))
-    assert [(name, workers) for name, workers, _ in fused.middle] == [("infer", 2)]
-    assert [name for name, _ in fused.outputs] == ["outputs"]
-    assert fused.members == {
+    assert [(s.name, s.workers) for s in fused.middle] == [("infer", 2)]
+    assert fused.output_names == ("outputs",)
+    assert {s.name: s.members for s in fused.stages} == {
         "infer": ("preprocess", "infer", "postprocess", "composite"),
         "outputs": ("output0.video_file", "output1.jsonl", "output2.zmq"),
     }
-    stage = fused.middle[0][2]()
+    stage = fused.middle[0].factory()
     assert isinstance(stage, Fused) and stage.names == ("preprocess", "infer", "postprocess", "composite")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framewire.app.compose import _infer, build_task
+from framewire.app.compose.model import _infer, build_task
 from framewire.engines.base import Engine
 from framewire.engines.onnxruntime import OnnxRuntimeEngine
 from framewire.config import validate_config

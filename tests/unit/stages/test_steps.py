@@ -88,7 +88,8 @@ def test_vad_segments_follow_get_speech_timestamps() -> None:
 def test_vad_keeps_state_per_source_in_order(ring: AudioRing) -> None:
     ring.write(tone_bursts(6.0, []), 0.0)
     vad = step("vad")
-    assert isinstance(vad, Vad) and vad.ordered and vad.audio_span()[1] == pytest.approx(0.452)
+    assert isinstance(vad, Vad) and Vad.declare(vad.params).ordered
+    assert vad.audio_span()[1] == pytest.approx(0.452)
     vad.check("steps.0")
     vad.start(StageContext("vad", 0))
     for k in range(25):
@@ -104,7 +105,7 @@ def test_vad_keeps_state_per_source_in_order(ring: AudioRing) -> None:
 
 def test_region_expands_squares_smooths_and_holds() -> None:
     region = step("region", expand=0.5, smoothing=0.5, hold_frames=1)
-    assert isinstance(region, Region) and region.ordered
+    assert isinstance(region, Region) and Region.declare(region.params).ordered
     face = {"box": [40.0, 40.0, 20.0, 40.0], "score": 0.9}
     first = region._follow("s", face, 200, 200)
     assert first is not None and first.tolist() == [10.0, 20.0, 90.0, 100.0]  # 40 -> 80 square around (50, 60)
@@ -116,6 +117,6 @@ def test_region_expands_squares_smooths_and_holds() -> None:
     frame = frame_at(None, 0.0)
     frame.inline = {"image": np.zeros((144, 176, 3), np.uint8)}
     out = next(iter(fixed.process(frame)))  # type: ignore[attr-defined]
-    assert out.meta["region"] == [44, 72, 132, 108] and not fixed.ordered  # type: ignore[attr-defined]
+    assert out.meta["region"] == [44, 72, 132, 108] and not Region.declare(fixed.params).ordered
     with pytest.raises(ConfigError, match=r"^steps.0.box: required with source fixed"):
         step("region", source="fixed")

@@ -91,7 +91,7 @@ def _run(stage: TrackStage, frame: Frame) -> list[dict[str, Any]]:
 
 def test_the_stage_gives_track_ids_and_predicts_skipped_frames() -> None:
     stage = TrackStage(resolve_tracking({}))
-    assert stage.ordered is True
+    assert TrackStage.facts.ordered and TrackStage.facts.feeds_tracks
     assert [d.get("track_id") for d in _run(stage, _frame(0, [_det(100), _det(300, label="bus")]))] == [1, 2]
     assert [d.get("track_id") for d in _run(stage, _frame(1, [_det(104), _det(304, label="bus")]))] == [1, 2]
     predicted = _run(stage, _frame(2, None))

@@ -1,4 +1,6 @@
-"""The audio side of a job's plan: the steps' rate and span, and the checks made before it runs.
+"""The steps' composer (`steps:`): the stages before the model (audio features, voice activity, a
+region), the audio they read (its rate, and the span around each frame), and the checks made before
+the job runs.
 
 Everything a config can get wrong about audio fails here with one line at start (exit 2), rather
 than in a worker: a step that reads audio with a source that has none, sources at different rates,
@@ -8,15 +10,17 @@ tensor does not fit, an audio file that is missing or has no audio track.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
 from framewire.media.audio import has_audio_track
 from framewire.config import Config, SourceConfig
 from framewire.pipeline.errors import ConfigError
+from framewire.pipeline.stagespec import StageSpec
 from framewire.pipeline.uris import local_path, redact
 from framewire.sources import AudioNeed
-from framewire.stages.steps import resolve_step
+from framewire.stages.steps import resolve_step, step_facts
 from framewire.stages.steps.base import Step
 from framewire.stages.tasks.base import Task
 
@@ -32,6 +36,19 @@ def audio_rate(config: Config) -> int:
 def build_steps(config: Config) -> list[Step]:
     rate = audio_rate(config)
     return [resolve_step(step, i, config.engine, rate) for i, step in enumerate(config.steps)]
+
+
+def step_stages(config: Config) -> list[StageSpec]:
+    """One stage a step, named by it, in the config's order; what each does its class declares."""
+    return [
+        StageSpec.of(item.stage, item.workers, functools.partial(_step, config, i), step_facts(item, i))
+        for i, item in enumerate(config.steps)
+    ]
+
+
+def _step(config: Config, index: int) -> Step:
+    """Step `index`, built in its worker (module-level: spawn pickles it by reference)."""
+    return resolve_step(config.steps[index], index, config.engine, audio_rate(config))
 
 
 def audio_need(config: Config) -> AudioNeed:

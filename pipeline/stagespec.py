@@ -1,0 +1,114 @@
+"""The job's stages as data: what the runtime knows of a stage is its `StageSpec`, never its name.
+
+A stage class declares what it does as class-level `Facts` (Holoscan's `setup(spec)`, without
+building anything); the composition root copies them into one `StageSpec` per stage, in frame
+order, and hands the runtime that list (`Plan.stages`). The router, the worker loop, the telemetry
+and the previews act on the flags. Layouts are functions from one list to another (fusing light
+stages into the model's process: stages.fused), so the chain is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+DECODE = "decode"
+"""The stage the runtime runs itself for every source: its decode worker reads it into the frame pool."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a stage does, in the terms the runtime acts on. Declared on the stage's class (`Stage.facts`,
+    or its `declare(...)` where its parameters decide), copied into its spec."""
+
+    ordered: bool = False
+    """It keeps state per source (a tracker, an audio model's context): every frame of a source goes
+    to the same worker, in `seq` order (pipeline.hub.routing)."""
+    sheds: bool = False
+    """The frames of live sources waiting for it, and for every stage before it, are bounded by their
+    sources' `max_waiting`; past the bound the hub drops some (pipeline.hub.shedding). The model's
+    stage: the one where the time goes."""
+    skips_stale: bool = False
+    """Its worker skips a frame past its source's deadline (`max_staleness_ms`), and the hub drops it:
+    the stages up to the model, where a late frame is not worth the time."""
+    writes_output: bool = False
+    """It is an output: one process, every frame goes to each output after the middle stages, in order,
+    and a death ends the job (nothing restarts an output halfway through a file)."""
+    feeds_tracks: bool = False
+    """Its results carry tracks, which the metrics count per source (`HubObserver.on_track_result`)."""
+
+    def merged(self, other: Facts) -> Facts:
+        """What one process running both stages does: each flag of either."""
+        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
+        return Facts(*(a or b for a, b in pairs))
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of the job: its name (its workers' and metrics' name), how many workers, the factory
+    each worker calls to build it (module-level, picklable), and what it does."""
+
+    name: str
+    workers: int
+    factory: Callable[[], Any]
+    ordered: bool = False
+    sheds: bool = False
+    skips_stale: bool = False
+    writes_output: bool = False
+    feeds_tracks: bool = False
+    members: tuple[str, ...] = ()
+    """The stages a fused stage runs in its process, in order (stages.fused); empty: just itself.
+    Each member stamps its own span, and the metrics count each."""
+    credits: int | None = None
+    """Frames each worker may hold, where it differs from the plan's `credits_per_worker` (a
+    batching model stage); None: the plan's."""
+
+    @classmethod
+    def of(cls, name: str, workers: int, factory: Callable[[], Any], facts: Facts, **more: Any) -> StageSpec:
+        """The spec of a stage whose class declared `facts`."""
+        return cls(name, workers, factory, **dataclasses.asdict(facts), **more)
+
+    @property
+    def facts(self) -> Facts:
+        return Facts(self.ordered, self.sheds, self.skips_stale, self.writes_output, self.feeds_tracks)
+
+    @property
+    def runs(self) -> tuple[str, ...]:
+        """The stages its process runs: its members, or itself."""
+        return self.members or (self.name,)
+
+    def describe(self) -> str:
+        """One line: `infer  x2  sheds, skips_stale  [preprocess, infer, postprocess]`."""
+        flags = [f.name for f in dataclasses.fields(Facts) if getattr(self, f.name)]
+        line = f"{self.name:<24} x{self.workers:<3} {', '.join(flags) or '-'}"
+        return line + (f"  [{', '.join(self.members)}]" if self.members else "")
+
+
+def middle(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:
+    """The stages between decode and the outputs, in frame order."""
+    return tuple(s for s in stages if not s.writes_output)
+
+
+def outputs(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:
+    """The outputs, in the config's order."""
+    return tuple(s for s in stages if s.writes_output)
+
+
+def check_specs(stages: Iterable[StageSpec]) -> None:
+    """Raise ValueError on a list the runtime cannot run: names repeated, no worker, middle stages after
+    an output, an output with more than one worker."""
+    seen: set[str] = set()
+    output_seen = False
+    for spec in stages:
+        if not spec.name or spec.name in seen:
+            raise ValueError(f"stage {spec.name!r}: empty or repeated name")
+        seen.add(spec.name)
+        if spec.workers < 1:
+            raise ValueError(f"stage {spec.name}: needs at least one worker, not {spec.workers}")
+        if spec.writes_output and spec.workers != 1:
+            raise ValueError(f"output {spec.name}: runs in one process, not {spec.workers}")
+        if output_seen and not spec.writes_output:
+            raise ValueError(f"stage {spec.name}: comes after an output")
+        output_seen = output_seen or spec.writes_output
