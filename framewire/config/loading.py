@@ -195,10 +195,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             if not part.isdigit():
                 raise ConfigError(f"--set {key}: {where!r} must be a list index")
             index = int(part)
-            if index > len(node):
-                raise ConfigError(f"--set {key}: index {index} is past the end of a list of {len(node)}")
+            if index > len(node) or (index == len(node) and not last):
+                raise ConfigError(_past_the_end(key, text, parts[: depth + 1], parts[depth + 1 :], len(node)))
             if index == len(node):
-                node.append({} if not last else value)
+                node.append(value)  # a whole item, added at the end
             if last:
                 node[index] = value
             else:
@@ -216,6 +216,21 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
                 node = child
         else:
             raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def _past_the_end(key: str, text: str, at: list[str], rest: list[str], length: int) -> str:
+    """One line for `--set sources.1.realtime=true` on a list of one: setting a key of an item that
+    is not there would add a half-made item (then "sources.1.id: required key is missing"). An item is
+    added whole, at the list's end; the line says how."""
+    name = ".".join(at[:-1])
+    items = f"{length} item" + ("" if length == 1 else "s")
+    held = f" ({name}.0 to {name}.{length - 1})" if length > 1 else f" ({name}.0)" if length else ""
+    example = [f"{k}: ..." for k in keys.required_keys(Config, at) if not rest or k != rest[0]]
+    if len(rest) == 1:
+        example.append(f"{rest[0]}: {text.strip() or '...'}")
+    add = f"--set '{name}.{length}={{{', '.join(example) or '...'}}}'"
+    past = f"{name} has {items}{held}, so {'.'.join(at)} is past its end"
+    return f"--set {key}: {past}; to add one, give it whole: {add}"
 
 
 def _override_value(key: str, parts: list[str], text: str) -> Any:

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from framewire.pipeline.errors import SourceError
+from framewire.pipeline.frame import PendingPixels
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
 
+from framewire.config import SourceConfig
 from framewire.media import yuv
 from framewire.media.audio import AudioChunk
 from framewire.media.video_reader import VideoReader
-from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
-from framewire.config import SourceConfig
-from framewire.pipeline.errors import SourceError
-from framewire.pipeline.frame import PendingPixels
 from framewire.sources import AudioNeed, build_source
 from framewire.sources.audio import AudioFeed, AudioGate, MissingPolicy
 from framewire.sources.template import TemplateSource, frames_for
