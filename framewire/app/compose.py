@@ -29,6 +29,7 @@ from framewire.config.job import resume_problem
 from framewire.media import yuv
 from framewire.media.jpeg import jpeg_encoder
 from framewire.config.keys import suggest
+from framewire.config.loading import missing_file
 from framewire.config.video_out import HlsOutput
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.frame import FrameSource, Stage
@@ -87,7 +88,7 @@ def model_info(path: str, key: str) -> ModelInfo:
     try:
         stat = file.stat()
     except OSError:
-        raise ConfigError(f"{key}: model file not found: {path}") from None
+        raise ConfigError(missing_file(key, "model file", path)) from None
     return _model_info(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
@@ -313,7 +314,7 @@ def check(config: Config) -> Task:
     steps = build_steps(config)
     model = Path(config.model.path)
     if not model.is_file():
-        raise ConfigError(f"model.path: model file not found: {config.model.path}")
+        raise ConfigError(missing_file("model.path", "model file", config.model.path))
     inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
     check_cascade(config, task)
