@@ -319,6 +319,8 @@ def check(config: Config) -> Task:
     task.check_model(inputs, outputs)
     check_cascade(config, task)
     check_audio(config, task, steps)
+    for warning in task.warnings():  # it runs, but likely not as meant: say so before the job starts
+        log.warning("%s", warning)
     return task
 
 
