@@ -194,7 +194,7 @@ class SourceAnalytics:
         lines, zones = config.pixels(width, height)
         by_name = {name: classes for _, _, name, _, classes in config.shapes()}
         self.lines = [
-            Line(x.name, *lines[x.name], x.classes, x.hysteresis, x.hysteresis_unit, x.once)
+            Line(x.name, *_ends(lines[x.name]), x.classes, x.hysteresis, x.hysteresis_unit, x.once)
             for x in config.lines
         ]
         self.zones = []
@@ -281,6 +281,11 @@ class SourceAnalytics:
                  "dwell_s": round(last - since, 3), "lost": True}
             )  # fmt: skip
         return events
+
+
+def _ends(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """A line's two points (its config holds exactly two)."""
+    return points[0], points[1]
 
 
 def _event(kind: str, detection: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
