@@ -33,7 +33,7 @@ def summarize(report: Report, config: Config | None) -> Summary:
     """The summary of a finished job; `config` names the outputs' destinations."""
     done = Summary()
     sources: dict[str, dict[str, Any]] = {}
-    for source_id, frames in report.frames.items():
+    for source_id in report.frames:
         counts = source_counts(report, source_id)
         sources[source_id] = counts
         done.lines.append(source_line(source_id, counts))

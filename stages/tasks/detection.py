@@ -159,11 +159,12 @@ class Detection(Task):
         if not left:
             return []
         wanted = ", ".join(f"{k}: {_shown(v)}" for k, v in left.items())
-        return [
+        warning = (
             f"model: format {layout.format} ({who}) usually takes {wanted}; these keys are left at "
             f"their defaults here: set them under model: as {shipped} does (or set them to the defaults "
             "to keep those)"
-        ]
+        )
+        return [warning]
 
     def _pixels(self) -> str:
         """How pixel values are fed: raw uint8 (NHWC or not), or float with its scale."""

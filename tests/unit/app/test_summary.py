@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from framewire.pipeline.plan import Report
 
 from framewire.app.summary import summarize
 from framewire.config import load_config
-from framewire.pipeline.plan import Report
 
 pytestmark = pytest.mark.timeout(30)
 
