@@ -79,6 +79,11 @@ def test_default_job_from_a_fresh_folder(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert not error_lines(proc.stderr)
+    # The summary: the source's own rate while it ran, and where the outputs went (issue 39).
+    source_line, job_line = proc.stderr.strip().splitlines()[-2:]
+    assert source_line.startswith("carphone: 120 frames in ") and source_line.endswith(" fps")
+    assert job_line.startswith("framewire: 120 frames in ")
+    assert job_line.endswith(f"; outputs: out/carphone.mp4, out/carphone.jsonl, zmq pub {endpoint}")
     clip = VIDEOS / "carphone_pristine.mp4"
     video, jsonl = tmp_path / "out" / "carphone.mp4", tmp_path / "out" / "carphone.jsonl"
     assert clips.count_frames(video) == clips.count_frames(clip) == 120
