@@ -1,8 +1,10 @@
 """Lines and zones on tracks: counts in and out of a line, occupancy, entries, exits and dwell of a zone.
 
 It runs inside the tracking stage, right after the tracker (stages.tracking), so it sees each
-source's tracked detections in seq order on one worker, and keeps its counts per source. The rules
-are supervision's (its LineZone with one anchor, its PolygonZone), so its counts are the reference's:
+source's tracked detections in seq order on one worker, and keeps its counts per source. With the
+defaults the rules are supervision's (its LineZone with one anchor, its PolygonZone), so its counts
+are the reference's; a line's `hysteresis` and `once` and a source's `track_class: majority` change
+them (Line, SourceAnalytics._classed; docs/guides/analytics.md shows each on the showcase clip):
 
 - a track's anchor (bottom-centre of its box by default) is on one side of a line or the other by
   the sign of a cross product; the side is only looked at while the anchor is between the two
