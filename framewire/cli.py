@@ -243,62 +243,21 @@ def _run(args: argparse.Namespace, level: int) -> int:
             report = display.follow(job)  # a bar, and a line per source with its recent rate and state
     finally:
         display.end()
-    _summary(report, args.log_format)
+    _summary(report, args.log_format, config)
     return report.exit_code
 
 
-def _summary(report: Report, log_format: str) -> None:
+def _summary(report: Report, log_format: str, config: Config | None = None) -> None:
     """A line per source and one for the job (with `--log-format json`, one JSON object holding
-    them), then the error that ended it."""
-    total = sum(report.frames.values())
-    fps = total / report.elapsed_s if report.elapsed_s > 0 else 0.0
-    restarts = sum(report.restarts.values())
-    sources = {}
-    for source_id, frames in report.frames.items():
-        counts = {
-            "frames": frames,
-            "read": report.read.get(source_id, frames),
-            "dropped": report.dropped.get(source_id, 0),
-            "failed": report.failed.get(source_id, 0),
-            "error": report.source_errors.get(source_id),
-        }
-        sources[source_id] = counts
-        extra = [f"{counts['read']} read"] if counts["read"] != frames else []
-        extra += [f"{counts[k]} {k}" for k in ("dropped", "failed") if counts[k]]
-        extra += ["error"] if source_id in report.source_errors else []
-        if log_format != "json":
-            print(
-                f"{source_id}: {frames} frames" + (f" ({', '.join(extra)})" if extra else ""), file=sys.stderr
-            )
-    if log_format != "json":
-        for name, c in report.outputs.items():  # the sinks' totals: what reached the broker, what did not
-            print(
-                f"{name}: {c.get('delivered', 0)} delivered of {c.get('queued', 0)} queued, "
-                f"{c.get('dropped', 0)} dropped, {c.get('failed', 0)} failed, "
-                f"{c.get('reconnects', 0)} reconnect(s)",
-                file=sys.stderr,
-            )
-    line = (
-        f"framewire: {total} frames in {report.elapsed_s:.1f} s ({fps:.1f} fps)"
-        + (f", {restarts} worker restart(s)" if restarts else "")
-        + (", stopped early" if report.stopped else "")
-    )
+    them), then the error that ended it (framewire.app.summary)."""
+    from framewire.app.summary import summarize
+
+    done = summarize(report, config)
     if log_format == "json":
-        _json_line(
-            "INFO",
-            line,
-            event="summary",
-            frames=total,
-            elapsed_s=round(report.elapsed_s, 3),
-            fps=round(fps, 2),
-            restarts=restarts,
-            stopped=report.stopped,
-            exit_code=report.exit_code,
-            sources=sources,
-            outputs=report.outputs,
-        )
+        _json_line("INFO", done.job, event="summary", **done.fields)
     else:
-        print(line, file=sys.stderr)
+        for line in [*done.lines, done.job]:
+            print(line, file=sys.stderr)
     if report.exit_code:
         _fatal(str(report.error), report.exit_code, log_format)
 

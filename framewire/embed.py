@@ -79,7 +79,7 @@ class Pipeline:
         raw["outputs"] = outputs
         name = "config" if isinstance(config, dict) else str(config)
         roots = [ROOT] if isinstance(config, dict) else input_roots(Path(config))
-        return resolve_inputs(validate_config(raw, name), roots)
+        return resolve_inputs(validate_config(raw, name), roots, None if isinstance(config, dict) else Path(config))
 
     def run(self, on_result: Callable[[Message], None]) -> Report:
         """Run the job to its end (or until `stop()`), calling `on_result` with each result in this

@@ -202,6 +202,9 @@ class Report:
     `max_waiting` add up to (also in `dropped`)."""
     offline_s: dict[str, float] = field(default_factory=dict)
     """Seconds live sources spent reconnecting, in gaps that ended."""
+    active_s: dict[str, float] = field(default_factory=dict)
+    """Seconds each source ran: from its first frame in to its last frame written, so that its rate
+    leaves out the time the job waited before it was added and after it ended."""
     rejected: dict[str, dict[str, int]] = field(default_factory=dict)
     """Bad messages a ZeroMQ source dropped, by reason."""
     over_budget: dict[str, int] = field(default_factory=dict)

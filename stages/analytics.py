@@ -1,8 +1,10 @@
 """Lines and zones on tracks: counts in and out of a line, occupancy, entries, exits and dwell of a zone.
 
 It runs inside the tracking stage, right after the tracker (stages.tracking), so it sees each
-source's tracked detections in seq order on one worker, and keeps its counts per source. The rules
-are supervision's (its LineZone with one anchor, its PolygonZone), so its counts are the reference's:
+source's tracked detections in seq order on one worker, and keeps its counts per source. With the
+defaults the rules are supervision's (its LineZone with one anchor, its PolygonZone), so its counts
+are the reference's; a line's `hysteresis` and `once` and a source's `track_class: majority` change
+them (Line, SourceAnalytics._classed; docs/guides/analytics.md shows each on the showcase clip):
 
 - a track's anchor (bottom-centre of its box by default) is on one side of a line or the other by
   the sign of a cross product; the side is only looked at while the anchor is between the two
@@ -64,20 +66,32 @@ def _wanted(classes: Collection[str | int] | None, detection: Mapping[str, Any])
 
 @dataclass
 class Line:
-    """One line's state on one source: each track's last side within the segment, and the counts."""
+    """One line's state on one source: each track's last side within the segment, and the counts.
+
+    `hysteresis` (in pixels, or a share of the box across the line with `unit` box) is a band on
+    each side of the line: a track's side changes only once its anchor is past the band, so a track
+    that jitters on the line crosses once. `once`: a track counts at most once in each direction.
+    With neither, this is supervision's LineZone."""
 
     name: str
     start: tuple[float, float]
     end: tuple[float, float]
     classes: Collection[str | int] | None
+    hysteresis: float = 0.0
+    unit: str = "pixels"
+    once: bool = False
     sides: dict[int, bool] = field(default_factory=dict)
     counts: dict[str, Counter[str]] = field(default_factory=lambda: {"in": Counter(), "out": Counter()})
+    counted: dict[int, set[str]] = field(default_factory=dict)
+    """With `once`: the directions each track has been counted in."""
 
     def __post_init__(self) -> None:
         dx, dy = self.end[0] - self.start[0], self.end[1] - self.start[1]
         norm = math.hypot(dx, dy)
+        self._length = norm
         # The perpendiculars through the ends, pointing opposite ways (supervision's limits).
         px, py = -dy / norm, dx / norm
+        self._normal = (px, py)
         self._limits = (
             (self.start, (self.start[0] + px, self.start[1] + py)),
             (self.end, (self.end[0] - px, self.end[1] - py)),
@@ -89,16 +103,43 @@ class Line:
         second = _cross(*self._limits[1], point) > 0
         return first == second
 
-    def see(self, track_id: int, point: tuple[float, float]) -> str | None:
-        """The direction the track crossed in, `in` or `out`, if it did since it was last seen within."""
+    def see(
+        self, track_id: int, point: tuple[float, float], box: Sequence[float] = (0.0, 0.0, 0.0, 0.0)
+    ) -> str | None:
+        """The direction the track crossed in, `in` or `out`, if it did since it was last seen within
+        (and, with `once`, had not yet been counted in that direction)."""
         if not self.within(point):
             return None
-        side = _cross(self.start, self.end, point) < 0
+        cross = _cross(self.start, self.end, point)
+        band = self._band(box)
+        if band > 0 and abs(cross) / self._length <= band:
+            return None  # inside the band: on neither side yet, the side it had stays
+        side = cross < 0
         before = self.sides.get(track_id)
         self.sides[track_id] = side
         if before is None or before == side:
             return None
-        return "in" if side else "out"
+        direction = "in" if side else "out"
+        if self.once:
+            done = self.counted.setdefault(track_id, set())
+            if direction in done:
+                return None
+            done.add(direction)
+        return direction
+
+    def _band(self, box: Sequence[float]) -> float:
+        """The hysteresis in pixels: as given, or a share of the box's extent across the line."""
+        if self.unit != "box" or not self.hysteresis:
+            return self.hysteresis
+        w, h = float(box[2]), float(box[3])
+        return self.hysteresis * (abs(w * self._normal[0]) + abs(h * self._normal[1]))
+
+    def forget(self, alive: Collection[int]) -> None:
+        """Tracks the tracker dropped: their sides and counted directions go."""
+        for gone in [t for t in self.sides if t not in alive]:
+            del self.sides[gone]
+        for gone in [t for t in self.counted if t not in alive]:
+            del self.counted[gone]
 
     def state(self) -> dict[str, Any]:
         return {
@@ -148,10 +189,16 @@ class SourceAnalytics:
         if problem is not None:
             raise ValueError(f"analytics: {problem}")
         self.anchor = config.anchor
+        self.majority = config.track_class == "majority"
+        self.votes: dict[int, Counter[tuple[Any, Any]]] = {}
+        """With track_class majority: each track's labels so far (its detected frames)."""
         self.width, self.height = width, height
         lines, zones = config.pixels(width, height)
         by_name = {name: classes for _, _, name, _, classes in config.shapes()}
-        self.lines = [Line(name, points[0], points[1], by_name[name]) for name, points in lines.items()]
+        self.lines = [
+            Line(x.name, *_ends(lines[x.name]), x.classes, x.hysteresis, x.hysteresis_unit, x.once)
+            for x in config.lines
+        ]
         self.zones = []
         for name, corners in zones.items():
             polygon = np.asarray(corners, dtype=np.float64).astype(np.int32)
@@ -166,17 +213,16 @@ class SourceAnalytics:
         """Count this frame's tracked detections; `alive`: the tracks the tracker still keeps (a zone's
         track it dropped has left). The totals and this frame's events."""
         events: list[dict[str, Any]] = []
-        tracked = [d for d in found if d.get("track_id") is not None]
+        tracked = self._classed([d for d in found if d.get("track_id") is not None], alive)
         for line in self.lines:
             for d in tracked:
                 if not _wanted(line.classes, d):
                     continue
-                direction = line.see(int(d["track_id"]), anchor_of(d["box"], self.anchor))
+                direction = line.see(int(d["track_id"]), anchor_of(d["box"], self.anchor), d["box"])
                 if direction is not None:
                     line.counts[direction][_class_key(d)] += 1
                     events.append(_event("crossed", d, line=line.name, direction=direction))
-            for gone in [t for t in line.sides if t not in alive]:
-                del line.sides[gone]
+            line.forget(alive)
         for zone in self.zones:
             events += self._zone(zone, tracked, alive, now)
         return {
@@ -184,6 +230,25 @@ class SourceAnalytics:
             "zones": {zone.name: zone.state(now) for zone in self.zones},
             "events": events,
         }
+
+    def _classed(self, tracked: list[Mapping[str, Any]], alive: Collection[int]) -> list[Mapping[str, Any]]:
+        """The tracked detections, each labelled with its track's class (`track_class`): as detected,
+        or the label its track had most often so far (a predicted box, the tracker's guess, does not
+        vote). A class filter then keeps or leaves out the whole track."""
+        if not self.majority:
+            return tracked
+        for gone in [t for t in self.votes if t not in alive]:
+            del self.votes[gone]
+        classed: list[Mapping[str, Any]] = []
+        for d in tracked:
+            votes = self.votes.setdefault(int(d["track_id"]), Counter())
+            own = (d.get("label"), d.get("class_id"))
+            if not d.get("predicted"):
+                votes[own] += 1
+            # The first of a tie wins: a Counter keeps the order labels were first seen in.
+            label, class_id = votes.most_common(1)[0][0] if votes else own
+            classed.append(d if (label, class_id) == own else {**d, "label": label, "class_id": class_id})
+        return classed
 
     def _zone(
         self, zone: Zone, tracked: Sequence[Mapping[str, Any]], alive: Collection[int], now: float
@@ -218,6 +283,11 @@ class SourceAnalytics:
                  "dwell_s": round(last - since, 3), "lost": True}
             )  # fmt: skip
         return events
+
+
+def _ends(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """A line's two points (its config holds exactly two)."""
+    return points[0], points[1]
 
 
 def _event(kind: str, detection: Mapping[str, Any], **extra: Any) -> dict[str, Any]:

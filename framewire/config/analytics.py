@@ -30,6 +30,24 @@ class LineConfig(_Model):
     classes: tuple[str | int, ...] | None = Field(
         default=None, description="Count only these labels (or class ids) of the model; default: all."
     )
+    hysteresis: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="How far past the line a track's anchor must go before its side changes (a "
+        "crossing): in `hysteresis_unit`s. A track that jitters within this band of the line is not "
+        "counted again and again. 0 (the default): supervision's plain rule, any change of side.",
+    )
+    hysteresis_unit: Literal["pixels", "box"] = Field(
+        default="pixels",
+        description="pixels: pixels of the frame (with normalized: true too); box: a share of the "
+        "track's box across the line (its extent along the line's normal): 0.5 is half a box, so that "
+        "near and far objects need the same part of a step.",
+    )
+    once: bool = Field(
+        default=False,
+        description="Count a track at most once in each direction: a track that crosses in, back out "
+        "and in again counts one in and one out. false (the default): every crossing counts.",
+    )
 
     @model_validator(mode="after")
     def _two_points(self) -> LineConfig:
@@ -69,6 +87,13 @@ class SourceAnalyticsConfig(_Model):
         default="bottom_center",
         description="The point of a track's box that crosses lines and is in zones (supervision's "
         "PolygonZone default: bottom_center, where a person or vehicle meets the ground).",
+    )
+    track_class: Literal["detection", "majority"] = Field(
+        default="detection",
+        description="The class a track is counted as, by its lines and zones and in their events: "
+        "detection (the default, supervision's): the label of the detection in this frame, so a "
+        "track whose label flips moves the per-class totals; majority: the label it had most often so "
+        "far (the first of a tie), one stable class per track.",
     )
     lines: tuple[LineConfig, ...] = Field(default=(), description="Counting lines.")
     zones: tuple[ZoneConfig, ...] = Field(default=(), description="Polygon zones.")

@@ -104,3 +104,16 @@ def tags_at(model: type[BaseModel], path: Sequence[Part], tag_key: str = "kind")
                 if kind is not None and kind not in tags:
                     tags.append(kind)
     return tags
+
+
+def required_keys(model: type[BaseModel], path: Sequence[Part]) -> list[str]:
+    """The keys every model the mapping at `path` may be requires (a source's id and uri; an
+    output's kind), in declaration order: what an item added whole must hold."""
+    found: list[list[str]] = []
+    for annotation in annotations_at(model, path):
+        for member in _members(annotation):
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                found.append([k for k, f in member.model_fields.items() if f.is_required()])
+    if not found:
+        return []
+    return [k for k in found[0] if all(k in other for other in found[1:])]

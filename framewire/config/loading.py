@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -195,10 +197,10 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             if not part.isdigit():
                 raise ConfigError(f"--set {key}: {where!r} must be a list index")
             index = int(part)
-            if index > len(node):
-                raise ConfigError(f"--set {key}: index {index} is past the end of a list of {len(node)}")
+            if index > len(node) or (index == len(node) and not last):
+                raise ConfigError(_past_the_end(key, text, parts[: depth + 1], parts[depth + 1 :], len(node)))
             if index == len(node):
-                node.append({} if not last else value)
+                node.append(value)  # a whole item, added at the end
             if last:
                 node[index] = value
             else:
@@ -216,6 +218,21 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
                 node = child
         else:
             raise ConfigError(f"--set {key}: {where!r} is not a mapping or list")
+
+
+def _past_the_end(key: str, text: str, at: list[str], rest: list[str], length: int) -> str:
+    """One line for `--set sources.1.realtime=true` on a list of one: setting a key of an item that
+    is not there would add a half-made item (then "sources.1.id: required key is missing"). An item is
+    added whole, at the list's end; the line says how."""
+    name = ".".join(at[:-1])
+    items = f"{length} item" + ("" if length == 1 else "s")
+    held = f" ({name}.0 to {name}.{length - 1})" if length > 1 else f" ({name}.0)" if length else ""
+    example = [f"{k}: ..." for k in keys.required_keys(Config, at) if not rest or k != rest[0]]
+    if len(rest) == 1:
+        example.append(f"{rest[0]}: {text.strip() or '...'}")
+    add = f"--set '{name}.{length}={{{', '.join(example) or '...'}}}'"
+    past = f"{name} has {items}{held}, so {'.'.join(at)} is past its end"
+    return f"--set {key}: {past}; to add one, give it whole: {add}"
 
 
 def _override_value(key: str, parts: list[str], text: str) -> Any:
@@ -239,10 +256,12 @@ def resolve_path(template: str, source_id: str) -> str:
     return template.replace("{source_id}", source_id)
 
 
-def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
+def resolve_inputs(config: Config, roots: Sequence[str | Path], config_file: str | Path | None = None) -> Config:
     """Relative input paths (`model.path`, `secondary.N.path`, file sources) that do not exist from
     the current folder but do under one of `roots` (the project), resolved there: the shipped configs
-    then run from anywhere. Output paths stay relative to the current folder."""
+    then run from anywhere. Output paths stay relative to the current folder. A model file found
+    nowhere is a ConfigError that names every place looked in (`config_file`'s folder is "beside the
+    config") and a near name there."""
 
     def find(path: str) -> str:
         if "://" in path or Path(path).is_absolute() or Path(path).exists():
@@ -253,18 +272,59 @@ def resolve_inputs(config: Config, roots: Sequence[str | Path]) -> Config:
                 return str(candidate)
         return path
 
+    def model_file(key: str, path: str) -> str:
+        found = find(path)
+        if "://" not in found and not Path(found).exists():
+            raise ConfigError(missing_file(key, "model file", path, roots, config_file))
+        return found
+
     sources = tuple(
         s.model_copy(update={"uri": find(s.uri), "audio": s.audio and s.audio.model_copy(update={"uri": find(s.audio.uri)})})
         if isinstance(s, SourceConfig) else s
         for s in config.sources
     )
-    model = config.model.model_copy(update={"path": find(config.model.path), **_files_found(config.model.params, find)})
+    path = model_file("model.path", config.model.path)
+    model = config.model.model_copy(update={"path": path, **_files_found(config.model.params, find)})
     secondary = tuple(
-        s.model_copy(update={"path": find(s.path), **_files_found(s.params, find)}) for s in config.secondary
+        s.model_copy(update={"path": model_file(f"secondary.{i}.path", s.path), **_files_found(s.params, find)})
+        for i, s in enumerate(config.secondary)
     )
     # A step's model file (`model:` of audio_features, vad, region) resolves like model.path.
     steps = tuple(
-        s.model_copy(update={"model": find(s.params["model"])}) if isinstance(s.params.get("model"), str) else s
-        for s in config.steps
-    )
+        s.model_copy(update={"model": model_file(f"steps.{i}.model", s.params["model"])})
+        if isinstance(s.params.get("model"), str) else s
+        for i, s in enumerate(config.steps)
+    )  # fmt: skip
     return config.model_copy(update={"sources": sources, "model": model, "secondary": secondary, "steps": steps})
+
+
+def missing_file(
+    key: str, what: str, path: str, roots: Sequence[str | Path] = (), config_file: str | Path | None = None
+) -> str:
+    """One line for an input file found nowhere: every place looked in, labelled where it is the
+    working folder or the config's, and a near name in the same folder (`model.path: model file not
+    found: a/m.onnx (looked in the working folder: /w/a/m.onnx; beside the config: /c/a/m.onnx); did
+    you mean a/m2.onnx?`)."""
+    beside = Path(config_file).resolve().parent if config_file is not None else None
+    folders = [Path("/")] if Path(path).is_absolute() else [Path.cwd(), *(Path(r).resolve() for r in roots)]
+    places: dict[Path, list[str]] = {}
+    for folder in folders:
+        labels = places.setdefault(Path(os.path.normpath(folder / path)), [])
+        labels += [label for label, at in (("the working folder", Path.cwd()), ("beside the config", beside))
+                   if folder == at and label not in labels]  # fmt: skip
+    looked = "; ".join(" and ".join(labels) + ": " * bool(labels) + str(where) for where, labels in places.items())
+    near = _near_name(Path(path), list(places))
+    where = "" if Path(path).is_absolute() else f" (looked in {looked})"
+    return f"{key}: {what} not found: {path}{where}" + (f"; did you mean {near}?" if near else "")
+
+
+def _near_name(path: Path, candidates: Sequence[Path]) -> str | None:
+    """The closest file name in the folder of the first candidate whose folder exists, written as
+    the path was (its folder as typed, the near name)."""
+    for candidate in candidates:
+        if candidate.parent.is_dir():
+            names = sorted(p.name for p in candidate.parent.iterdir() if p.is_file())
+            close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+            if close:
+                return str(path.parent / close[0]) if str(path.parent) != "." else close[0]
+    return None

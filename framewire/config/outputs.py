@@ -37,6 +37,11 @@ class OutputConfig(_Model):
         """The config model of every registered output (imports them all)."""
         return variants(OUTPUTS)
 
+    def destination(self, source_id: str) -> str | None:
+        """Where it writes a source's results, for the run's summary line (a file, a folder, an
+        endpoint, credentials redacted); None where it does not say (a plug-in's output)."""
+        return None
+
 
 class VideoFileOutput(OutputConfig):
     """An H.264 file per source of the composited frames, with the source's audio where asked."""
@@ -108,6 +113,9 @@ class VideoFileOutput(OutputConfig):
             raise ValueError(f"{keep[0]}: retention needs segment_s (it deletes old segments)")
         return self
 
+    def destination(self, source_id: str) -> str | None:
+        return self.path.replace("{source_id}", source_id)  # segments keep their {index} or {start}
+
 
 class JsonlOutput(OutputConfig):
     """A JSON Lines file per source: one record per frame, and the events."""
@@ -128,6 +136,9 @@ class JsonlOutput(OutputConfig):
         if extra:
             raise ValueError(f"only {{source_id}} is filled in a jsonl path, not {{{sorted(extra)[0]}}}")
         return value
+
+    def destination(self, source_id: str) -> str | None:
+        return self.path.replace("{source_id}", source_id)
 
 
 class ZmqOutput(OutputConfig):
@@ -181,6 +192,9 @@ class ZmqOutput(OutputConfig):
         if self.wait_subscribers and self.mode != "pub":
             raise ValueError("wait_subscribers: only for mode pub (a push output already waits for a puller)")
         return self
+
+    def destination(self, source_id: str) -> str | None:
+        return f"zmq {self.mode} {self.endpoint}"
 
 
 Output = Annotated[SerializeAsAny[OutputConfig], by_kind(OUTPUTS)]

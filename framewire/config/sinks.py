@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from framewire.config.base import _Model
 from framewire.config.outputs import OutputConfig
+from framewire.pipeline import uris
 
 
 def _template(value: str, allowed: set[str]) -> str:
@@ -149,6 +150,10 @@ class MqttOutput(SinkOutput):
             raise ValueError("password: needs a username")
         return self
 
+    def destination(self, source_id: str) -> str | None:
+        topic = self.topic.replace("{source}", source_id).replace("{job}", self.job)
+        return f"mqtt {self.host}:{self.port} {topic}"
+
 
 class KafkaOutput(SinkOutput):
     """Records and events produced to Kafka, keyed by the source's id so each source keeps its order."""
@@ -178,6 +183,9 @@ class KafkaOutput(SinkOutput):
         if clash:
             raise ValueError(f"{clash[0]} is set by this output's own key")
         return value
+
+    def destination(self, source_id: str) -> str | None:
+        return f"kafka {self.bootstrap_servers} {self.topic}"
 
 
 class WebhookOutput(SinkOutput):
@@ -210,3 +218,6 @@ class WebhookOutput(SinkOutput):
         if self.backoff_max_s < self.backoff_s:
             raise ValueError("backoff_max_s: must be at least backoff_s")
         return self
+
+    def destination(self, source_id: str) -> str | None:
+        return f"webhook {uris.redact(self.url.split('?')[0])}"  # a query may hold a token

@@ -91,6 +91,9 @@ class PushOutput(LiveVideoOutput):
     def muxer(self) -> str:
         return PUSH_SCHEMES[str(uris.scheme(self.url))]
 
+    def destination(self, source_id: str) -> str | None:
+        return uris.redact(self.url.replace("{source_id}", source_id))
+
 
 class HlsOutput(LiveVideoOutput):
     """A live HLS stream per source: a playlist and a rolling window of MPEG-TS segments in a folder,
@@ -110,3 +113,6 @@ class HlsOutput(LiveVideoOutput):
     @classmethod
     def _path_template(cls, value: str) -> str:
         return _only_source_id(value)
+
+    def destination(self, source_id: str) -> str | None:
+        return self.path.replace("{source_id}", source_id) + "/"

@@ -17,9 +17,7 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from framewire.media.video_reader import StreamInfo, VideoReader
+from framewire.media.video_reader import PendingImage, StreamInfo, VideoReader
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.frame import SourceInterrupted
 from framewire.sources.audio import AudioFeed, AudioGate, read_ahead_limit, with_audio_info
@@ -54,7 +52,7 @@ class TemplateSource:
         self.mux_path = mux_path
         self.lookback_s = lookback_s
         self._info: StreamInfo | None = None
-        self._frames: list[np.ndarray] = []
+        self._frames: list[PendingImage] = []
         self._last_s: float | None = None
         self._interrupted: Callable[[], bool] = lambda: False
 
@@ -79,7 +77,7 @@ class TemplateSource:
     def _limit(self) -> float | None:
         return read_ahead_limit(self.feed, self._last_s, self.lookback_s, self.gate.need)
 
-    def frames(self) -> Iterator[tuple[np.ndarray, int, float]]:
+    def frames(self) -> Iterator[tuple[PendingImage, int, float]]:
         info = self._info
         if info is None:
             raise SourceError(f"source {self.source_id}: frames() before open()")
@@ -115,8 +113,10 @@ class TemplateSource:
         origin = self.feed.ring.origin_s
         return Fraction(origin).limit_denominator(1_000_000), time.monotonic()
 
-    def _pictures(self) -> Iterator[np.ndarray]:
-        """The template's frames forever: looped, or forwards then backwards."""
+    def _pictures(self) -> Iterator[PendingImage]:
+        """The template's frames forever: looped, or forwards then backwards. Decoded, not yet
+        converted: each one writes itself into its slot, as BGR or as the I420 planes of a job that
+        keeps YUV frames (a file source's frames do the same)."""
         if self.mode == "pingpong":
             order = list(range(len(self._frames))) + list(range(len(self._frames) - 2, 0, -1))
             while True:
@@ -126,17 +126,17 @@ class TemplateSource:
             count = 0
             with VideoReader(self.source_id, self.uri) as reader:
                 reader.warn_derived_pts = loop == 0  # the same file every time: its first read says it
-                for frame in reader.frames():
+                for image, _, _ in reader.pending_frames():
                     count += 1
-                    yield frame.image
+                    yield image
             if not count:
                 raise SourceError(f"source {self.source_id}: the template {self.uri} has no frames")
 
-    def _hold(self, reader: VideoReader) -> list[np.ndarray]:
-        frames: list[np.ndarray] = []
+    def _hold(self, reader: VideoReader) -> list[PendingImage]:
+        frames: list[PendingImage] = []
         limit = MAX_PINGPONG_BYTES // max(1, reader.info.width * reader.info.height * 3)
-        for frame in reader.frames():
-            frames.append(frame.image)
+        for image, _, _ in reader.pending_frames():
+            frames.append(image)
             if len(frames) > limit:
                 raise SourceError(
                     f"source {self.source_id}: the template {self.uri} is too long to ping-pong "

@@ -273,7 +273,7 @@ class Hub:
     def _frame_done(self, key: FrameKey, state: FrameState) -> None:
         """Every output wrote the frame: count it, and its slot goes back to its source."""
         record = self.inputs.sources[key.source]
-        record.done_frames += 1
+        record.frame_done()
         decoded_at = state.head.decoded_at
         latency = time.time() - decoded_at if decoded_at is not None else None
         self.observer.on_done(key.source, latency)

@@ -60,6 +60,9 @@ class SourceRecord:
     closed: set[str] = field(default_factory=set)
     """Outputs that closed the source's files."""
     done_frames: int = 0
+    first_in: float | None = None
+    last_done: float | None = None
+    """When its first frame came in and its last one was written (monotonic): the time it ran."""
     read: int | None = None
     """Frames its decode worker delivered, known at its end of stream."""
     failed: int = 0
@@ -101,6 +104,11 @@ class SourceRecord:
         self.worker.send({"type": msg.GRANT, "slots": slots})
         self.spare += len(slots)
 
+    def frame_done(self) -> None:
+        """Every output wrote one of its frames."""
+        self.done_frames += 1
+        self.last_done = time.monotonic()
+
     def output_late(self, seq: int, latency_ms: float) -> None:
         """Count a frame output after the source's latency budget; warn now and then, not per frame."""
         budget = self.plan.options.latency_budget_ms
@@ -129,6 +137,8 @@ class SourceRecord:
         report.overflow[sid] = self.overflow
         report.reconnects[sid] = self.reconnects
         report.offline_s[sid] = round(self.offline_s, 3)
+        if self.first_in is not None and self.last_done is not None:
+            report.active_s[sid] = round(self.last_done - self.first_in, 3)
         if self.rejected:
             report.rejected[sid] = dict(self.rejected)
         if self.plan.options.latency_budget_ms:
@@ -225,6 +235,8 @@ class Inputs:
         record = self.of(worker)
         head = FrameHeader.read(header, record.source_id)
         record.spare -= 1
+        if record.first_in is None:
+            record.first_in = time.monotonic()
         record.dropped += head.dropped
         header.pop("dropped", None)
         header.pop("type", None)

@@ -75,6 +75,11 @@ class Task(ABC):
         """One line on how the model is read (format, input, labels), for `validate`."""
         return ""
 
+    def warnings(self) -> list[str]:
+        """What in the config likely does not fit the model, though it runs (preprocessing other
+        than the model family's usual one): `validate` and `run` say each in a warning line."""
+        return []
+
     @abstractmethod
     def check_model(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
         """Raise `ConfigError` naming the model tensor that does not fit this task."""

@@ -20,7 +20,7 @@ from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.wire.tensors import TensorSpec
 from framewire.stages import detections
 from framewire.stages.tasks.base import ModelInfo, Result, Task, TaskParams
-from framewire.stages.tasks.detection_formats import FORMATS, Layout, decode, find_layout
+from framewire.stages.tasks.detection_formats import FORMATS, USUAL_PREPROCESSING, Layout, decode, find_layout
 from framewire.stages.tasks.imaging import ImageInput, ImageParams
 from framewire.stages.tasks.labels import class_filter, label_of, read_labels
 
@@ -143,6 +143,29 @@ class Detection(Task):
             f"{' ' + p.pad if p.resize == 'letterbox' else ''}, {p.channels.upper()}, {self._pixels()}"
         )
 
+    def warnings(self) -> list[str]:
+        """The preprocessing keys left at their defaults where the format's family usually takes
+        other values (detection_formats.USUAL_PREPROCESSING)."""
+        layout = self._layout()
+        if layout.format not in USUAL_PREPROCESSING:
+            return []
+        who, usual, shipped = USUAL_PREPROCESSING[layout.format]
+        raw = self.image.dtype == np.uint8  # raw pixels: no scale, mean or std applies
+        left = {
+            key: value for key, value in usual.items()
+            if key not in self.params.model_fields_set and getattr(self.params, key) != value
+            and not (raw and key in ("scale", "mean", "std"))
+        }  # fmt: skip
+        if not left:
+            return []
+        wanted = ", ".join(f"{k}: {_shown(v)}" for k, v in left.items())
+        warning = (
+            f"model: format {layout.format} ({who}) usually takes {wanted}; these keys are left at "
+            f"their defaults here: set them under model: as {shipped} does (or set them to the defaults "
+            "to keep those)"
+        )
+        return [warning]
+
     def _pixels(self) -> str:
         """How pixel values are fed: raw uint8 (NHWC or not), or float with its scale."""
         layout = "NHWC" if self.image.nhwc else "NCHW"
@@ -240,6 +263,13 @@ class Detection(Task):
     def _label_source_param(self) -> Path | tuple[str, ...] | None:
         labels = self.params.labels
         return Path(labels) if isinstance(labels, Path) else labels
+
+
+def _shown(value: object) -> str:
+    """A key's value as it is written in YAML: `bgr`, `[103.53, 116.28, 123.675]`."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return str(value)
 
 
 __all__ = ["FORMATS", "Detection", "DetectionParams"]

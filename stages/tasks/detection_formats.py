@@ -24,6 +24,22 @@ from framewire.pipeline.wire.tensors import Dim, TensorSpec
 from framewire.stages.tasks import detection_heads as heads
 
 FORMATS = ("yolov5", "yolov8", "yolox", "end2end", "separate", "gfl", "tf_od")
+USUAL_PREPROCESSING: dict[str, tuple[str, dict[str, object], str]] = {
+    "gfl": (
+        "a GFL head, as NanoDet's",
+        {"resize": "stretch", "channels": "bgr", "scale": "none",
+         "mean": (103.53, 116.28, 123.675), "std": (57.375, 57.12, 58.395)},
+        "configs/nanodet.yaml",
+    ),
+    "tf_od": (
+        "TensorFlow object detection's layout", {"resize": "stretch", "channels": "rgb"}, "configs/ssd.yaml"
+    ),
+}  # fmt: skip
+"""The preprocessing a format's model family is usually trained with, where the format says the
+family: (who, the `model:` keys, the shipped config that sets them). `validate` and `run` warn of
+each key a config leaves at its default where that differs (docs/guides/models.md has what NanoDet
+finds either way). PicoDet has a GFL head too, with its own mean and std: the keys are not applied
+for the user."""
 ROLES = ("boxes", "scores", "labels", "count")
 """The outputs of the `separate` format, in the order `Layout.outputs` lists them ('' when absent)."""
 _ROLE_WORDS = {

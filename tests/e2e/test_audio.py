@@ -22,6 +22,7 @@ import zmq
 
 from bench.lipsync_models import generator
 from framewire.media.video_reader import VideoReader
+from framewire.sources.template import frames_for
 from tests.e2e.helpers import ROOT, VIDEOS, error_lines, read_jsonl, run_cli
 from tests.support.audio import (
     RATE,
@@ -34,7 +35,7 @@ from tests.support.audio import (
     tone_bursts,
     write_audio,
 )
-from tests.support.clips import audio_duration_s, count_frames, video_pts
+from tests.support.clips import audio_codec, audio_duration_s, count_frames, video_pts
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -93,6 +94,29 @@ def test_generator_job_on_a_template_and_an_audio_file(media: Path, template: tu
     assert_audio_unshifted(tmp_path / "avatar.mp4", BURSTS)
     offsets = assert_in_sync(brightening(tmp_path / "avatar.mp4", pingpong(frames, expected)), BURSTS, fps)
     print(f"file sync over {SECONDS:g} s, (first, last) frame offsets per burst: {offsets}")
+
+
+@pytest.mark.parametrize("frame_format", ["auto", "bgr"])
+def test_a_looped_template_with_flac_audio_in_a_face_blur_job(tmp_path: Path, frame_format: str) -> None:
+    """Issue 39: the default face-blur job keeps YUV frames (`auto`), where a template's first frame
+    failed ("a BGR frame for a job that keeps YUV frames"); with `bgr` it keeps BGR ones. Either way
+    every frame the audio lasts is written, and the FLAC becomes AAC in the MP4."""
+    write_audio(tmp_path / "speech.flac", tone_bursts(8.0, [(1.0, 2.0)]))
+    done = run_cli(
+        "run", "--no-progress",
+        "--set", f"sources.0.uri={VIDEOS / 'carphone_pristine.mp4'}",
+        "--set", "sources.0.template=loop",
+        "--set", f"sources.0.audio={{uri: '{tmp_path / 'speech.flac'}'}}",
+        "--set", f"stages.frame_format={frame_format}",
+        "--set", outputs(tmp_path, "blurred"),
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0 and not error_lines(done.stderr), done.stderr[-2000:]
+    expected = frames_for(8.0, Fraction(30000, 1001))
+    assert expected == 240  # two loops of the 120-frame template
+    assert count_frames(tmp_path / "blurred.mp4") == len(read_jsonl(tmp_path / "blurred.jsonl")) == expected
+    assert audio_codec(tmp_path / "blurred.mp4") == "aac"
+    assert audio_duration_s(tmp_path / "blurred.mp4") == pytest.approx(8.0, abs=1024 / RATE)  # AAC priming at most
 
 
 def assert_audio_unshifted(path: Path, bursts: list[tuple[float, float]], start_s: float = 0.0) -> None:

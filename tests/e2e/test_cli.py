@@ -179,3 +179,38 @@ def test_every_command_is_in_the_readme() -> None:
     for command in commands:
         assert f"run_pipeline.py {command}" in readme, command
     assert "framewire run -c" in readme  # the installed command
+
+
+def test_the_readmes_subscriber_started_first_gets_every_frame_and_exits_at_the_end(tmp_path: Path) -> None:
+    """Issue 39: the README said to run `subscribe` "while the job runs", but the job lasts a second.
+    Its two commands as written, the subscriber first (the port made a free one): the subscriber
+    prints every frame from seq 0, then exits by itself when the source ends."""
+    import subprocess
+    import sys
+
+    from tests.e2e.helpers import CLI, env
+    from tests.support.ports import free_port
+
+    readme = (ROOT / "README.md").read_text()
+    subscriber = re.search(r"`\.venv/bin/python run_pipeline\.py (subscribe [^`]*--until-eos[^`]*)`", readme)
+    job = re.search(r"`\.venv/bin/python run_pipeline\.py (run --set outputs\.2\.wait_subscribers=1)`",
+                    readme)  # fmt: skip
+    assert subscriber is not None and job is not None
+    assert readme.index(subscriber.group(0)) < readme.index(job.group(0))  # told in the order to run them
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    args = subscriber.group(1).replace("tcp://127.0.0.1:5560", endpoint).split()
+    listening = subprocess.Popen(
+        [sys.executable, str(CLI), *args], cwd=tmp_path, env=env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        zmq = ["--set", f"outputs.2.endpoint={endpoint}", "--set", "outputs.2.wait_subscribers_timeout_s=120"]
+        done = run_cli(*job.group(1).split(), "--no-progress", *zmq, cwd=tmp_path, timeout=150)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out, err = listening.communicate(timeout=60)  # it ends by itself
+    finally:
+        listening.kill()
+    assert listening.returncode == 0, err[-2000:]
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["seq"] for r in records if "seq" in r] == list(range(120))
+    assert records[-1]["eos"] is True

@@ -43,10 +43,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "--wheel-dir", str(out), str(source)],
         capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
+    (out / "build.log").write_text(built.stdout + built.stderr)  # the backend's own lines (--verbose)
     (found,) = out.glob("framewire-*.whl")
     return found
 
@@ -84,6 +85,15 @@ def test_the_wheel_holds_the_web_consoles_files(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     static = {f"framewire/pipeline/ops/static/{name}" for name in ("index.html", "console.js", "console.css", "favicon.svg")}
     assert static <= names
+
+def test_the_build_says_nothing_about_packages_left_out(wheel: Path) -> None:
+    """Issue 39: the console's static/ folder was package data of framewire.pipeline.ops, and every
+    build (a fresh editable install too) printed setuptools' "Package 'framewire.pipeline.ops.static'
+    is absent from the `packages` configuration", about 40 lines of it."""
+    log = (wheel.parent / "build.log").read_text()
+    assert "building wheel" in log.lower()  # the backend's output is there to be read
+    assert "is absent from the `packages` configuration" not in log
+
 
 def user_project(tmp: Path, clip: Path, out: Path) -> Path:
     """A program with packages of its own named like framewire's folders, importing them first."""

@@ -237,6 +237,20 @@ def test_dynamic_batching_across_sources_keeps_every_frame_in_order(tmp_path: Pa
     assert sum(sizes) / len(sizes) > 2  # three sources feed one slow worker: batches fill
 
 
+def test_each_source_reports_the_time_it_ran_not_the_jobs(tmp_path: Path) -> None:
+    """Issue 39: the summary's only rate was the job's frames over the job's time, idle time and
+    other sources' time included. Each source's time runs from its first frame in to its last frame
+    written: `slow` sleeps 50 ms before each of its frames after the first, so its 40 frames take
+    at least 1.95 s; `quick` is done long before the job is."""
+    plan = make_plan(tmp_path, {"quick": 5, "slow": 40}, source_kwargs={"slow": {"delay_s": 0.05}})
+    report = Supervisor(plan).run()
+    assert report.exit_code == 0, report.error
+    assert report.frames == {"quick": 5, "slow": 40}
+    assert set(report.active_s) == {"quick", "slow"}
+    assert report.active_s["slow"] >= 39 * 0.05
+    assert 0 < report.active_s["quick"] < report.active_s["slow"] <= report.elapsed_s
+
+
 def test_a_stage_that_keeps_per_source_state_gets_each_source_in_order_on_one_worker(tmp_path: Path) -> None:
     # Two infer workers that sleep at random put frames out of order; the tracker-like stage after
     # them still sees each source's frames one after the other, each source on one of its workers.

@@ -74,7 +74,7 @@ def load_job(args: argparse.Namespace, extra: Sequence[str] = ()) -> Config:
             "(the shipped configs, model and clips are in the source checkout's configs/ and assets/, "
             "and in the container image under /opt/framewire: -c /opt/framewire/configs/default.yaml)"
         )
-    config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), input_roots(args.config))
+    config = resolve_inputs(load_config(args.config, [*args.overrides, *extra]), input_roots(args.config), args.config)
     try:
         build_task(config)
         build_composites(config)

@@ -10,6 +10,7 @@ from framewire.config import Config
 from framewire.config.engine import Backend
 from framewire.config.job import INFER, POSTPROCESS, PREPROCESS
 from framewire.config.keys import suggest
+from framewire.config.loading import missing_file
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
 from framewire.engines.registry import OpenOptions, choose_backend, device_of, infer_workers, open_engine
@@ -55,7 +56,7 @@ def model_info(path: str, key: str) -> ModelInfo:
     try:
         stat = file.stat()
     except OSError:
-        raise ConfigError(f"{key}: model file not found: {path}") from None
+        raise ConfigError(missing_file(key, "model file", path)) from None
     return _model_info(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
@@ -73,7 +74,7 @@ def check_model(config: Config, task: Task) -> None:
 
     model = Path(config.model.path)
     if not model.is_file():
-        raise ConfigError(f"model.path: model file not found: {config.model.path}")
+        raise ConfigError(missing_file("model.path", "model file", config.model.path))
     inputs, outputs = describe(str(model), task.dynamic_axes())
     task.check_model(inputs, outputs)
 

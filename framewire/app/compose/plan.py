@@ -31,6 +31,7 @@ from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.fused import Fused, fuse_middle, fuse_outputs
 from framewire.stages.tasks.base import Task
 
+log = logging.getLogger(__name__)
 
 def stage_specs(config: Config) -> list[StageSpec]:
     """Every stage after decode, in frame order, as the job runs them: the steps, the model's three,
@@ -72,6 +73,8 @@ def check(config: Config) -> Task:
     check_secondaries(config, labels)
     check_tracking(config, labels)
     check_audio(config, task, steps)
+    for warning in task.warnings():  # it runs, but likely not as meant: say so before the job starts
+        log.warning("%s", warning)
     return task
 
 

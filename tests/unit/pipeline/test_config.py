@@ -107,8 +107,7 @@ def test_set_overrides_scalars_lists_and_new_items() -> None:
         "sources.0.uri=other.mp4",
         "engine.threads=3",
         "sources.0.realtime=true",
-        "sources.1.id=cam1",
-        "sources.1.uri=b.mp4",
+        "sources.1={id: cam1, uri: b.mp4}",
         "model.score_threshold=0.6",
     )
     assert config.sources[0].uri == "other.mp4"
@@ -122,11 +121,31 @@ def test_set_errors() -> None:
     raw: dict = {"sources": [{"id": "a"}]}
     with pytest.raises(ConfigError, match="expected key.path=value"):
         apply_override(raw, "sources.0.uri")
-    with pytest.raises(ConfigError, match="past the end"):
+    with pytest.raises(ConfigError, match="past its end"):
         apply_override(raw, "sources.5.uri=x")
     with pytest.raises(ConfigError, match="must be a list index"):
         apply_override(raw, "sources.first.uri=x")
     assert "engine.threads" in error_of(MINIMAL, "engine.threads=-1")
+
+
+def test_a_key_of_an_item_past_the_end_of_a_list_is_one_line_that_says_how_to_add_one() -> None:
+    """Issue 39: `--set sources.1.realtime=true` on one source made a second, half-made source
+    ("sources.1.id: required key is missing (and 1 more)")."""
+    raw: dict = {"sources": [{"id": "a", "uri": "a.mp4"}], "outputs": []}
+    with pytest.raises(ConfigError) as caught:
+        apply_override(raw, "sources.1.realtime=true")
+    assert str(caught.value) == (
+        "--set sources.1.realtime: sources has 1 item (sources.0), so sources.1 is past its end; "
+        "to add one, give it whole: --set 'sources.1={id: ..., uri: ..., realtime: true}'"
+    )
+    assert raw["sources"] == [{"id": "a", "uri": "a.mp4"}]  # nothing added
+    with pytest.raises(ConfigError, match=r"^--set outputs.0.path: outputs has 0 items, so outputs.0 is past its end; "
+                       r"to add one, give it whole: --set 'outputs.0=\{kind: ..., path: x\}'$"):
+        apply_override(raw, "outputs.0.path=x")
+    apply_override(raw, "sources.1={id: b, uri: b.mp4}")  # a whole item, at the end
+    assert raw["sources"][1] == {"id": "b", "uri": "b.mp4"}
+    with pytest.raises(ConfigError, match=r"sources has 2 items \(sources.0 to sources.1\), so sources.3 is past"):
+        apply_override(raw, "sources.3={id: c, uri: c.mp4}")
 
 
 def test_resolve_path() -> None:

@@ -61,3 +61,43 @@ http: {port: "mqtt://bob:s3cret@broker:1883"}
         load_config("t.yaml", text=text)
     message = str(info.value)
     assert "http.port" in message and "s3cret" not in message and "bob:***@broker" in message, message
+
+
+def test_a_model_found_nowhere_names_every_place_looked_in_and_a_near_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: "model.path: model file not found: assets/...onnx" said neither where it looked nor
+    that the folder holds nanodet_m_416.onnx."""
+    project, work = tmp_path / "project", tmp_path / "work"
+    (project / "models").mkdir(parents=True)
+    (project / "models" / "nanodet_m_416.onnx").write_bytes(b"")
+    (project / "models" / "labels.txt").write_text("person\n")
+    work.mkdir()
+    job = project / "job.yaml"
+    job.write_text(
+        "sources: [{id: a, uri: a.mp4}]\nmodel: {path: models/nanodet_m416.onnx, task: detection}\n"
+        "outputs: [{kind: jsonl, path: out.jsonl}]\n"
+    )
+    monkeypatch.chdir(work)
+    with pytest.raises(ConfigError) as info:
+        resolve_inputs(load_config(job), [project], job)
+    assert str(info.value) == (
+        f"model.path: model file not found: models/nanodet_m416.onnx (looked in the working folder: "
+        f"{work}/models/nanodet_m416.onnx; beside the config: {project}/models/nanodet_m416.onnx); "
+        "did you mean models/nanodet_m_416.onnx?"
+    )
+    monkeypatch.chdir(project)  # the working folder is the config's: looked in once
+    with pytest.raises(ConfigError) as info:
+        resolve_inputs(load_config(job), [project], job)
+    assert str(info.value) == (
+        "model.path: model file not found: models/nanodet_m416.onnx (looked in the working folder and "
+        f"beside the config: {project}/models/nanodet_m416.onnx); did you mean models/nanodet_m_416.onnx?"
+    )
+    near = "model.path=models/nanodet_m_416.onnx"
+    found = resolve_inputs(load_config(job, [near]), [project], job)
+    assert found.model.path == "models/nanodet_m_416.onnx"  # found from the working folder, kept as typed
+    vad = "steps=[{kind: vad, model: models/silero.onnx}]"
+    with pytest.raises(ConfigError, match=r"^steps.0.model: model file not found: models/silero.onnx \("):
+        resolve_inputs(load_config(job, [near, vad]), [project], job)
+    with pytest.raises(ConfigError, match=r"^model.path: model file not found: /nowhere/m.onnx$"):
+        resolve_inputs(load_config(job, ["model.path=/nowhere/m.onnx"]), [project], job)

@@ -12,11 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-
-from framewire.media.audio import AudioChunk
-from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
-from framewire.config import SourceConfig
 from framewire.pipeline.errors import SourceError
+from framewire.pipeline.frame import PendingPixels
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout
+
+from framewire.config import SourceConfig
+from framewire.media import yuv
+from framewire.media.audio import AudioChunk
+from framewire.media.video_reader import VideoReader
 from framewire.sources import AudioNeed, build_source
 from framewire.sources.audio import AudioFeed, AudioGate, MissingPolicy
 from framewire.sources.template import TemplateSource, frames_for
@@ -185,7 +188,37 @@ def test_a_template_runs_exactly_as_long_as_its_audio(ring: AudioRing, tmp_path:
     assert [pts for _, pts, _ in frames[:3]] == [0, 1001, 2002]
     # frame 120 is the clip's frame 0 again (loop) or its frame 118 on the way back (pingpong)
     index = 0 if mode == "loop" else 118
-    assert np.array_equal(frames[120][0], frames[index][0])
+    assert np.array_equal(bgr(frames[120][0]), bgr(frames[index][0]))
+
+
+def bgr(image: PendingPixels) -> np.ndarray:
+    out = np.empty(image.shape, np.uint8)
+    image.write_into(out)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["loop", "pingpong"])
+def test_a_template_writes_its_frames_as_bgr_or_as_the_planes_of_a_yuv_job(
+    ring: AudioRing, tmp_path: Path, mode: str
+) -> None:
+    """Issue 39: a face-blur job keeps YUV frames, and the template's frames failed there ("a BGR
+    frame for a job that keeps YUV frames"): they write themselves into either kind of slot."""
+    write_audio(tmp_path / "a.wav", tone_bursts(1.0, []))
+    config = SourceConfig.model_validate({"id": "s", "uri": CARPHONE, "template": mode, "audio": {"uri": str(tmp_path / "a.wav")}})
+    source = build_source(config, AudioNeed(0.1, 0.1))
+    source.open()
+    source.attach_audio(ring)  # type: ignore[attr-defined]
+    frames = [image for image, _, _ in source.frames()]
+    source.close()
+    with VideoReader("t", CARPHONE) as reader:
+        decoded = [frame.image for frame in reader.frames()][: len(frames)]
+    assert len(frames) == len(decoded) == 30
+    for image, want in zip(frames, decoded):
+        assert not isinstance(image, np.ndarray)
+        planes = np.empty(yuv.shape(176, 144), np.uint8)
+        image.write_into(planes)
+        assert np.array_equal(bgr(image), want)
+        assert np.abs(yuv.to_bgr(planes).astype(int) - want).mean() < 2  # the same picture, as I420
 
 
 def test_a_looped_template_without_pts_says_so_once(

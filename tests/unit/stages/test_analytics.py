@@ -271,3 +271,107 @@ def test_the_hub_counts_events_and_sets_occupancy_in_metrics() -> None:
     assert 'framewire_line_crossings_total{class="person",direction="in",line="door",source="cam"}' in text
     track_counts.count(metrics, "cam", {"detections": []})  # no analytics: nothing
     track_counts.count(metrics, "cam", {"analytics": {"events": ["bad", {"event": "crossed"}], "zones": []}})
+
+
+def _walk(state: SourceAnalytics, track_id: int, xs: list[float], labels: list[str] | None = None,
+          width: float = 30.0) -> list[dict[str, Any]]:  # fmt: skip
+    """One track whose bottom-centre takes the x positions `xs` (y 200, within the line at x=320),
+    with a label a frame (person by default): the crossing events."""
+    events: list[dict[str, Any]] = []
+    for step, x in enumerate(xs):
+        label = (labels or ["person"] * len(xs))[step]
+        d = {"track_id": track_id, "label": label, "class_id": {"person": 0, "bicycle": 1}[label],
+             "box": [x - width / 2, 140.0, width, 60.0]}  # fmt: skip
+        events += [e for e in state.update([d], {track_id}, step * 0.04)["events"] if e["event"] == "crossed"]
+    return events
+
+
+def _line(track_class: str = "detection", **extra: Any) -> SourceAnalyticsConfig:
+    """A source with one vertical line at x=320, its keys `extra`."""
+    line = {"name": "walk", "start": [320, 0], "end": [320, 360], **extra}
+    return SourceAnalyticsConfig.model_validate({"track_class": track_class, "lines": [line]})
+
+
+# Issue 39, the showcase's track 2 in small: one person sways on the line on their way across it.
+SWAY = [290.0, 305.0, 318.0, 323.0, 316.0, 319.0, 324.0, 331.0, 350.0]
+
+
+def test_hysteresis_counts_a_person_who_sways_on_the_line_once() -> None:
+    plain = _walk(SourceAnalytics(_line(), WIDTH, HEIGHT), 2, SWAY)
+    assert [e["direction"] for e in plain] == ["in", "out", "in"]  # supervision's rule: three crossings
+    banded = _walk(SourceAnalytics(_line(hysteresis=8), WIDTH, HEIGHT), 2, SWAY)
+    assert banded == [
+        {"event": "crossed", "line": "walk", "direction": "in", "track_id": 2, "label": "person"}
+    ]
+    # Counted on the frame the anchor is more than 8 px past the line: x=331 (the eighth frame).
+    state = SourceAnalytics(_line(hysteresis=8), WIDTH, HEIGHT)
+    assert [len(_walk(state, 2, [x])) for x in SWAY] == [0] * 7 + [1, 0]
+
+
+def test_hysteresis_as_a_share_of_the_box_scales_with_the_object() -> None:
+    """0.25 of a 30 px wide box is 7.5 px; of a 120 px wide one, 30 px: the same sway on a near,
+    large object stays inside the band, and a far object's small step past the line counts."""
+    near = _walk(SourceAnalytics(_line(hysteresis=0.25, hysteresis_unit="box"), WIDTH, HEIGHT), 3,
+                 [280.0, 300.0, 318.0, 335.0, 345.0, 352.0], width=120.0)  # fmt: skip
+    assert [e["direction"] for e in near] == ["in"]  # at 352: 32 px past, over the band of 30
+    state = SourceAnalytics(_line(hysteresis=0.25, hysteresis_unit="box"), WIDTH, HEIGHT)
+    assert [len(_walk(state, 4, [x], width=120.0)) for x in (280.0, 300.0, 318.0, 335.0, 345.0)] == [0] * 5
+    far = _walk(SourceAnalytics(_line(hysteresis=0.25, hysteresis_unit="box"), WIDTH, HEIGHT), 5, SWAY)
+    assert [e["direction"] for e in far] == ["in"]
+
+
+def test_once_counts_a_track_at_most_once_in_each_direction() -> None:
+    there_and_back = [280.0, 360.0, 280.0, 360.0, 280.0, 360.0]
+    plain = _walk(SourceAnalytics(_line(), WIDTH, HEIGHT), 6, there_and_back)
+    assert [e["direction"] for e in plain] == ["in", "out", "in", "out", "in"]
+    once = SourceAnalytics(_line(once=True), WIDTH, HEIGHT)
+    assert [e["direction"] for e in _walk(once, 6, there_and_back)] == ["in", "out"]
+    assert [e["direction"] for e in _walk(once, 7, there_and_back[:2])] == ["in"]  # another track counts
+    line = once.lines[0]
+    assert line.counts["in"] == {"person": 2} and line.counts["out"] == {"person": 1}
+
+
+def test_a_track_keeps_the_class_it_had_most_often() -> None:
+    """The showcase's track 14 went from person to bicycle: with track_class majority its crossing,
+    its zone entry and their events keep person, the label it had most often so far."""
+    labels = ["person", "person", "person", "bicycle", "bicycle"]
+    xs = [280.0, 300.0, 310.0, 340.0, 360.0]
+    (flipped,) = _walk(SourceAnalytics(_line(), WIDTH, HEIGHT), 8, xs, labels)
+    assert flipped["label"] == "bicycle"  # the detection's label on the frame it crossed
+    majority = SourceAnalytics(_line(track_class="majority"), WIDTH, HEIGHT)
+    (kept,) = _walk(majority, 8, xs, labels)
+    assert kept["label"] == "person" and majority.lines[0].counts["in"] == {"person": 1}
+    # A tie keeps the label seen first; a class filter keeps or drops the whole track.
+    (tie,) = _walk(SourceAnalytics(_line(track_class="majority"), WIDTH, HEIGHT), 9, xs[1:], labels[1:])
+    assert tie["label"] == "person"
+    only_bikes = SourceAnalytics(_line(track_class="majority", classes=["bicycle"]), WIDTH, HEIGHT)
+    assert _walk(only_bikes, 10, xs, labels) == []
+    bay = {"name": "bay", "polygon": [[330, 0], [640, 0], [640, 360], [330, 360]]}
+    zone = SourceAnalyticsConfig.model_validate({"track_class": "majority", "zones": [bay]})
+    state = SourceAnalytics(zone, WIDTH, HEIGHT)
+    entered = []
+    for step, (x, label) in enumerate(zip(xs, labels, strict=True)):
+        d = {"track_id": 11, "label": label, "class_id": 0 if label == "person" else 1,
+             "box": [x - 15, 140.0, 30.0, 60.0]}  # fmt: skip
+        entered += state.update([d], {11}, step * 0.04)["events"]
+    assert entered == [{"event": "entered", "zone": "bay", "track_id": 11, "label": "person"}]
+
+
+def test_a_predicted_box_does_not_vote() -> None:
+    """On frames the detector skipped (tracking.interval) the tracker's box carries the last label:
+    it is counted under the track's class, but does not add to the vote."""
+    state = SourceAnalytics(_line(track_class="majority"), WIDTH, HEIGHT)
+    base = {"track_id": 12, "class_id": 1, "label": "bicycle", "box": [265.0, 140.0, 30.0, 60.0]}
+    state.update([base], {12}, 0.0)
+    for step in range(1, 4):  # three predicted person boxes
+        state.update([{**base, "label": "person", "class_id": 0, "predicted": True}], {12}, step * 0.04)
+    assert state.votes[12] == {("bicycle", 1): 1}
+
+
+def test_the_new_keys_are_checked() -> None:
+    with pytest.raises(ValueError, match="hysteresis"):
+        _line(hysteresis=-1)
+    with pytest.raises(ValueError, match="hysteresis_unit"):
+        _line(hysteresis_unit="percent")
+    with pytest.raises(ValueError, match="track_class"):
+        _line(track_class="mode")

@@ -166,3 +166,56 @@ def test_numbered_label_files_keep_their_ids_and_name_the_gaps(tmp_path: Path) -
     labels.write_text("0  person\n1  bicycle\n3  motorcycle\n")
     task = _task(*TFLITE, labels=str(labels), classes=("motorcycle",))
     assert task.labels() == ("person", "bicycle", "2", "motorcycle")
+
+
+NANODET = {"resize": "stretch", "channels": "bgr", "scale": "none",
+           "mean": (103.53, 116.28, 123.675), "std": (57.375, 57.12, 58.395)}  # fmt: skip
+
+
+def test_a_family_s_usual_preprocessing_left_at_the_defaults_is_a_warning() -> None:
+    """Issue 39: a NanoDet model with the default preprocessing (letterbox, RGB, 1/255: Ultralytics')
+    passed `validate` without a word; NanoDet takes BGR and its own mean and std on 0-255."""
+    (warning,) = _task(*GFL).warnings()
+    assert warning == (
+        "model: format gfl (a GFL head, as NanoDet's) usually takes resize: stretch, channels: bgr, "
+        "scale: none, mean: [103.53, 116.28, 123.675], std: [57.375, 57.12, 58.395]; these keys are left "
+        "at their defaults here: set them under model: as configs/nanodet.yaml does (or set them to the "
+        "defaults to keep those)"
+    )
+    assert _task(*GFL, **NANODET).warnings() == []
+    # Keys set, even to other values (PicoDet's mean and std), are the config's choice: not named.
+    picodet = {**NANODET, "channels": "rgb", "mean": (123.675, 116.28, 103.53),
+               "std": (58.395, 57.12, 57.375)}  # fmt: skip
+    assert _task(*GFL, **picodet).warnings() == []
+    (partial,) = _task(*GFL, resize="stretch", channels="bgr", scale="none").warnings()
+    assert "usually takes mean: [103.53, 116.28, 123.675], std: [57.375, 57.12, 58.395];" in partial
+    defaults = {"resize": "letterbox", "channels": "rgb", "scale": "1/255",
+                "mean": (0, 0, 0), "std": (1, 1, 1)}  # fmt: skip
+    assert _task(*GFL, **defaults).warnings() == []  # the defaults, written out: chosen
+    # A uint8 TF detector: raw pixels, so only the resize and the channel order count.
+    nhwc = TensorSpec("image", U8, (1, 4, 6, 3))
+    (tf_od,) = _task(*TFLITE, inputs=(nhwc,)).warnings()
+    assert "usually takes resize: stretch; these keys" in tf_od and "configs/ssd.yaml" in tf_od
+    assert _task(*TFLITE, inputs=(nhwc,), resize="stretch").warnings() == []
+    assert _task(*GFL[:0], TensorSpec("output0", F32, (1, 84, 8400))).warnings() == []  # yolov8: no family
+
+
+def test_validate_says_the_warning_and_the_shipped_detectors_give_none(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from framewire.app.compose import check
+    from framewire.config import load_config, resolve_inputs
+
+    root = Path(__file__).resolve().parents[3]
+    for name in ("nanodet", "showcase", "ssd", "yolox"):
+        config = resolve_inputs(load_config(root / "configs" / f"{name}.yaml"), [root])
+        with caplog.at_level("WARNING", logger="framewire.app.compose"):
+            caplog.clear()
+            check(config)
+        assert not caplog.records, (name, caplog.text)
+    model = f"{{path: '{root}/assets/models/nanodet_coco/nanodet_m_416.onnx', task: detection}}"
+    config = resolve_inputs(load_config(root / "configs" / "nanodet.yaml", [f"model={model}"]), [root])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="framewire.app.compose"):
+        check(config)
+    assert [r.getMessage()[:40] for r in caplog.records] == ["model: format gfl (a GFL head, as NanoDe"]
