@@ -1,0 +1,81 @@
+"""OpenVINO without a model: whether it is installed, which devices it sees and what they can do
+(`doctor`, `validate`), and the one-line checks a job makes before any worker starts. Importable
+where openvino is not installed: it is imported only when asked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from framewire.pipeline.errors import EngineError
+
+if TYPE_CHECKING:
+    from framewire.config import EngineConfig
+
+INSTALL_HINT = "pip install 'framewire[openvino]'"
+
+PROBED = ("CPU", "GPU", "NPU")
+"""The plugins `doctor` asks about, found or not (a GPU or NPU plugin says why it has no device)."""
+
+
+def import_openvino() -> ModuleType:
+    """The openvino module, or a one-line EngineError saying how to get it."""
+    try:
+        import openvino
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "openvino":
+            raise EngineError(
+                f"engine.backend: openvino: the openvino package is not installed ({INSTALL_HINT})"
+            ) from None
+        raise EngineError(f"engine.backend: openvino: the openvino package cannot be loaded: {exc}") from None
+    return openvino
+
+
+def preflight(config: EngineConfig) -> None:
+    """Before any worker: openvino imports and `engine.device` is there (one line naming it if not)."""
+    ov = import_openvino()
+    from framewire.engines.openvino import check_device
+
+    check_device(ov.Core(), config.device)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as OpenVINO sees it, or a plugin that found none (`error`)."""
+
+    name: str
+    full_name: str = ""
+    capabilities: tuple[str, ...] = ()
+    error: str = ""
+
+
+def devices() -> tuple[str, list[Device]]:
+    """OpenVINO's version and every device it sees, then the probed plugins without one, each with
+    its own reason (the GPU plugin without OpenCL, the NPU plugin without its driver)."""
+    ov = import_openvino()
+    import openvino.properties as props
+
+    from framewire.engines.openvino import reason
+
+    core = ov.Core()
+    found: list[Device] = []
+    available = list(core.available_devices)
+    for name in available:
+        try:
+            full = str(core.get_property(name, props.device.full_name))
+            caps = tuple(str(c) for c in core.get_property(name, props.device.capabilities))
+        except RuntimeError as exc:
+            found.append(Device(name, error=reason(exc)))
+            continue
+        found.append(Device(name, full, caps))
+    for family in PROBED:
+        if any(name.split(".")[0] == family for name in available):
+            continue
+        try:
+            core.get_property(family, props.device.full_name)
+            why = "its plugin loads, but finds no device"
+        except RuntimeError as exc:
+            why = reason(exc)
+        found.append(Device(family, error=why))
+    return ov.get_version().split("-")[0], found
