@@ -191,14 +191,21 @@ def check_device(core: ov.Core, device: str) -> None:
     available = core.available_devices
     if device in available or (device == family and any(d.split(".")[0] == family for d in available)):
         return
-    try:
-        core.get_property(device, props.device.full_name)
-        why = "its plugin loads but finds no device"
-    except RuntimeError as exc:
-        why = reason(exc)
     raise ConfigError(
         f"engine.device: {device!r} is not available here (OpenVINO {ov.get_version().split('-')[0]} "
-        f"sees {', '.join(available) or 'no device'}): {why}"
+        f"sees {', '.join(available) or 'no device'}): {missing(core, family)}"
+    )
+
+
+def missing(core: ov.Core, family: str) -> str:
+    """Why OpenVINO has no `family` device: its plugin does not load (the GPU's without OpenCL, with
+    the library it lacks), or it loads and finds none (no device, or its driver is missing)."""
+    try:
+        found = core.get_property(family, props.available_devices)
+    except RuntimeError as exc:
+        return reason(exc)
+    return f"its plugin loads, but finds no {family}" + (
+        f" ({', '.join(found)})" if found else " (device or driver missing)"
     )
 
 

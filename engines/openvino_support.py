@@ -56,7 +56,7 @@ def devices() -> tuple[str, list[Device]]:
     ov = import_openvino()
     import openvino.properties as props
 
-    from framewire.engines.openvino import reason
+    from framewire.engines.openvino import missing, reason
 
     core = ov.Core()
     found: list[Device] = []
@@ -72,10 +72,30 @@ def devices() -> tuple[str, list[Device]]:
     for family in PROBED:
         if any(name.split(".")[0] == family for name in available):
             continue
-        try:
-            core.get_property(family, props.device.full_name)
-            why = "its plugin loads, but finds no device"
-        except RuntimeError as exc:
-            why = reason(exc)
-        found.append(Device(family, error=why))
+        found.append(Device(family, error=missing(core, family)))
     return ov.get_version().split("-")[0], found
+
+
+def doctor_facts() -> dict[str, str]:
+    """`doctor`'s lines on the CPU and OpenVINO: the CPU's bf16/int8 instruction sets and what they
+    mean for `backend: auto`, OpenVINO's version and each device it sees or why it has none."""
+    from framewire.engines.cpu_features import cpu_flags, default_precision, gains_from_openvino, known
+
+    flags = cpu_flags()
+    gains = gains_from_openvino(flags)
+    verdict = (
+        f"OpenVINO gains ({gains}); its CPU default precision: {default_precision(flags)}"
+        if gains
+        else "no AMX or VNNI: OpenVINO would be no faster than ONNX Runtime fp32"
+    )
+    facts = {"cpu": f"{', '.join(known(flags)) or 'no flags read'}: {verdict}"}
+    try:
+        version, found = devices()
+    except EngineError as exc:
+        facts["openvino"] = str(exc).removeprefix("engine.backend: openvino: ")
+        return facts
+    facts["openvino"] = version
+    for device in found:
+        what = f"{device.full_name} ({' '.join(device.capabilities)})" if not device.error else device.error
+        facts[f"openvino {device.name}"] = what if not device.error else f"none: {what}"
+    return facts
