@@ -190,12 +190,15 @@ def open_openvino(
 ) -> Engine:
     """`backend: openvino`: the model compiled by OpenVINO for `engine.device`, at the precision the
     accuracy gate allows (`framewire.engines.openvino_gate`), with this process's threads and streams."""
+    from framewire.engines.cpu_features import cpu_flags, default_precision
     from framewire.engines.openvino import OpenVinoEngine
+    from framewire.engines.openvino_gate import gated_precision
 
+    native = default_precision(cpu_flags()) if config.device == "CPU" else "fp32"  # others: not gated
     return OpenVinoEngine(
         model_path,
         device=config.device,
-        precision=config.precision,
+        precision=gated_precision(model_path, config.precision, native),
         threads=config.threads,
         streams=config.streams,
         dynamic_axes=dynamic_axes,
