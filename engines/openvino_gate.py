@@ -69,7 +69,8 @@ def gated_precision(model_path: str, asked: str, native: str) -> str:
     if why is None:
         return asked
     log.warning(
-        "engine.precision auto: %s failed the accuracy gate for %s (%s); fp32 runs (precision: %s runs it anyway)",
+        "engine.precision auto: %s failed the accuracy gate for %s (%s); fp32 runs "
+        "(precision: %s runs it anyway)",
         native,
         model_path,
         why,
@@ -81,7 +82,8 @@ def gated_precision(model_path: str, asked: str, native: str) -> str:
 def record(results: Iterable[Mapping[str, Any]], model_path: str, video: str, frames: int, cpu: str,
            gate: Path = GATE) -> int:  # fmt: skip
     """Add `bench accuracy`'s OpenVINO results to the gate (replacing earlier ones of the same model,
-    precision and clip); returns how many were written."""
+    precision and clip); returns how many were written. A variant whose engine ran another precision
+    than its name (bf16 asked on a CPU without bf16 runs fp32) is not a verdict on it: left out."""
     digest = sha256(model_path)
     new = [
         {
@@ -98,7 +100,7 @@ def record(results: Iterable[Mapping[str, Any]], model_path: str, video: str, fr
             "matte": r.get("matte"),
         }
         for r in results
-        if str(r.get("variant", "")).startswith("openvino:")
+        if str(r.get("variant", "")).startswith("openvino:") and _ran_as_asked(r)
     ]
     key = {(n["sha256"], n["precision"], n["device"], n["video"]) for n in new}
     kept = [
@@ -108,3 +110,14 @@ def record(results: Iterable[Mapping[str, Any]], model_path: str, video: str, fr
     ]
     gate.write_text(json.dumps({"records": kept + new}, indent=1) + "\n")
     return len(new)
+
+
+def _ran_as_asked(result: Mapping[str, Any]) -> bool:
+    """Whether the engine's provider (`OpenVINO CPU bf16`, `... int8+fp32`) ran the variant's precision;
+    a variant that failed to open is a verdict (it cannot run)."""
+    provider = str(result.get("provider") or "")
+    if not provider:
+        return True
+    asked = str(result["variant"]).split(":")[2]
+    ran = provider.rsplit(" ", 1)[-1]
+    return ran.startswith("int8") if asked == "int8" else ran == asked
