@@ -101,11 +101,9 @@ class OpenVinoEngine(Engine):
         self.precision_run = _precision_run(compiled, model, device, precision)
         self._requests = [compiled.create_infer_request() for _ in range(_optimal_requests(compiled))]
         self.inputs = tuple(
-            _spec(port, self.model_path, batched=port.get_any_name() in self._split) for port in model.inputs
+            spec(port, self.model_path, batched=port.get_any_name() in self._split) for port in model.inputs
         )
-        self.outputs = tuple(
-            _spec(port, self.model_path, batched=bool(self._split)) for port in model.outputs
-        )
+        self.outputs = tuple(spec(port, self.model_path, batched=bool(self._split)) for port in model.outputs)
         self._output_names = [spec.name for spec in self.outputs]
         log.info(
             "model %s compiled by OpenVINO %s for %s (%s, %s)%s",
@@ -361,7 +359,7 @@ def _property(compiled: ov.CompiledModel, name: str, default: Any) -> Any:
         return default
 
 
-def _spec(port: Any, model_path: str, *, batched: bool) -> TensorSpec:
+def spec(port: Any, model_path: str, *, batched: bool) -> TensorSpec:
     try:
         dtype = np.dtype(port.get_element_type().to_dtype())
     except (RuntimeError, TypeError):

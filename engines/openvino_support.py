@@ -4,11 +4,14 @@ where openvino is not installed: it is imported only when asked."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from framewire.pipeline.errors import EngineError
+from framewire.pipeline.wire.tensors import TensorSpec
 
 if TYPE_CHECKING:
     from framewire.config import EngineConfig
@@ -99,3 +102,17 @@ def doctor_facts() -> dict[str, str]:
         what = f"{device.full_name} ({' '.join(device.capabilities)})" if not device.error else device.error
         facts[f"openvino {device.name}"] = what if not device.error else f"none: {what}"
     return facts
+
+
+def describe_ir(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[
+    tuple[TensorSpec, ...], tuple[TensorSpec, ...]
+]:  # fmt: skip
+    """Inputs and outputs of an OpenVINO IR (`model.xml` beside its `.bin`), with `dynamic_axes`
+    made dynamic: what `validate` and the tasks read of an ONNX file, for `model.path: x.xml` (the
+    int8 model `quantize --backend openvino` writes)."""
+    from framewire.engines.openvino import read, spec
+
+    ov = import_openvino()
+    model = read(ov.Core(), str(path), dynamic_axes or {})
+    inputs = tuple(spec(port, str(path), batched=False) for port in model.inputs)
+    return inputs, tuple(spec(port, str(path), batched=False) for port in model.outputs)
