@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         from framewire.components import GATE, record_gate
 
         written = record_gate(results, config.model.path, video, len(prepared), str(machine.get("cpu", "?")))
-        harness.stderr(f"bench accuracy: {written} OpenVINO verdict(s) recorded in {GATE}")
+        harness.stderr(f"bench accuracy: {written} OpenVINO verdict(s) recorded in {GATE.resolve()}")
     return 0 if all(r.get("passed") for r in results) else 1
 
 

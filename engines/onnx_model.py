@@ -38,12 +38,7 @@ def load_model_bytes(path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...
 def describe(
     path: str | Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None = None
 ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    """Inputs and outputs of the model file (after the rewrite of `dynamic_axes`, if any), no session.
-    An OpenVINO IR (`.xml`) is read by OpenVINO."""
-    if Path(path).suffix == ".xml":
-        from framewire.engines.openvino_support import describe_ir
-
-        return describe_ir(path, dynamic_axes)
+    """Inputs and outputs of the model file (after the rewrite of `dynamic_axes`, if any), no session."""
     model = _load(path)
     if dynamic_axes:
         _make_dynamic(model, path, dynamic_axes)
@@ -59,12 +54,7 @@ def read_model(
     path: str | Path,
 ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...], dict[str, str]]:
     """Inputs, outputs (as declared in the file) and metadata (`metadata_props`) of a model file, in
-    one read: what a task takes from the model itself (Ultralytics' `names`, PaddleOCR's `character`).
-    An OpenVINO IR (`.xml`) has its tensors read by OpenVINO, and no metadata."""
-    if Path(path).suffix == ".xml":
-        from framewire.engines.openvino_support import describe_ir
-
-        return (*describe_ir(path), {})
+    one read: what a task takes from the model itself (Ultralytics' `names`, PaddleOCR's `character`)."""
     model = _load(path)
     weights = {init.name for init in model.graph.initializer}
     inputs = tuple(_spec(value, path) for value in model.graph.input if value.name not in weights)

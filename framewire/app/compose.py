@@ -93,7 +93,7 @@ def model_info(path: str, key: str) -> ModelInfo:
 
 @functools.lru_cache(maxsize=8)
 def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
-    from framewire.engines.onnx_model import read_model
+    from framewire.engines.model_file import read_model
 
     inputs, outputs, metadata = read_model(path)
     return ModelInfo(path, inputs, outputs, metadata)
@@ -306,7 +306,7 @@ def yuv_frames(config: Config, size: tuple[int, int] | None = None) -> bool:
 def check(config: Config) -> Task:
     """Everything `validate` checks without running: task and composite parameters, the model file
     and that its inputs and outputs fit the task."""
-    from framewire.engines.onnx_model import describe
+    from framewire.engines.model_file import describe
 
     task = build_task(config)
     build_composites(config)

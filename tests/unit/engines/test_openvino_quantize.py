@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("nncf")
 
 from framewire import cli  # noqa: E402
-from framewire.engines.onnx_model import describe  # noqa: E402
+from framewire.engines.model_file import describe  # noqa: E402
 from framewire.engines.openvino import OpenVinoEngine  # noqa: E402
 from framewire.engines.openvino_quantize import quantize_for_openvino  # noqa: E402
 from framewire.pipeline.errors import ConfigError, EngineError  # noqa: E402
