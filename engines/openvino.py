@@ -279,7 +279,13 @@ def _fix_shapes(
     ones whose batches are split across requests, returned), and the sources' size on the other
     dynamic dims where every source gives the same one (else they stay dynamic)."""
     examples: Mapping[str, Sequence[tuple[int, ...]]] = {}
-    if input_shapes is not None:
+    # The sources' sizes cost an open of each one (a camera's connection): only where a dim is open.
+    open_dims = any(
+        port.get_partial_shape().rank.is_dynamic
+        or any(d.is_dynamic for d in list(port.get_partial_shape())[1:])
+        for port in model.inputs
+    )
+    if input_shapes is not None and open_dims:
         try:
             examples = input_shapes()
         except ConfigError as exc:  # a source that cannot be opened yet: shapes stay dynamic

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,20 +67,7 @@ def quantize_for_openvino(
     data = [dict(feed) for feed in feeds]
     if not data:
         raise EngineError(f"quantize: no calibration frames reached the model {model_path}")
-    presets = {"performance": nncf.QuantizationPreset.PERFORMANCE, "mixed": nncf.QuantizationPreset.MIXED}
-    try:
-        quantized = nncf.quantize(
-            model,
-            nncf.Dataset(data),
-            preset=presets[preset],
-            target_device=nncf.TargetDevice.CPU,
-            subset_size=len(data),
-            fast_bias_correction=fast_bias_correction,
-        )
-    except Exception as exc:  # noqa: BLE001 - NNCF raises whatever its backends meet
-        raise EngineError(
-            f"quantize: NNCF could not quantise {model_path}: {str(exc).strip().splitlines()[0]}"
-        ) from None
+    quantized = _nncf(nncf, model, data, preset, fast_bias_correction, model_path)
     if not is_quantized(quantized):
         raise EngineError(f"quantize: NNCF left {model_path} without int8 nodes")
     report = QuantizeReport(
@@ -90,17 +78,43 @@ def quantize_for_openvino(
         options={"recipe": "openvino", "preset": preset, "fast_bias_correction": fast_bias_correction},
         source_sha256=_sha256(model_path),
     )
-    quantized.set_rt_info(
-        json.dumps(
-            {"source": Path(model_path).name, "source_sha256": report.source_sha256, "frames": report.frames,
-             "format": f"FakeQuantize by NNCF {nncf.__version__} for OpenVINO's CPU", **report.options}
-        ),
-        ["framework", METADATA_KEY],
-    )  # fmt: skip
+    _stamp(quantized, model_path, report, nncf.__version__)
     output.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(quantized, str(output), compress_to_fp16=False)
     _check_compiles(output, dynamic_axes)
     return report
+
+
+def _nncf(
+    nncf: Any, model: Any, data: list[dict[str, np.ndarray]], preset: str, fast_bias: bool, path: str | Path
+) -> Any:
+    """NNCF's post-training quantization of `model` on `data`, its failure as one EngineError."""
+    presets = {"performance": nncf.QuantizationPreset.PERFORMANCE, "mixed": nncf.QuantizationPreset.MIXED}
+    try:
+        return nncf.quantize(
+            model,
+            nncf.Dataset(data),
+            preset=presets[preset],
+            target_device=nncf.TargetDevice.CPU,
+            subset_size=len(data),
+            fast_bias_correction=fast_bias,
+        )
+    except Exception as exc:  # noqa: BLE001 - NNCF raises whatever its backends meet
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EngineError(f"quantize: NNCF could not quantise {path}: {reason}") from None
+
+
+def _stamp(quantized: Any, model_path: str | Path, report: QuantizeReport, version: str) -> None:
+    """How the file was made, in its rt_info (framework/framewire.quantization), as the Q/DQ
+    models record it in their metadata."""
+    info = {
+        "source": Path(model_path).name,
+        "source_sha256": report.source_sha256,
+        "frames": report.frames,
+        "format": f"FakeQuantize by NNCF {version} for OpenVINO's CPU",
+        **report.options,
+    }
+    quantized.set_rt_info(json.dumps(info), ["framework", METADATA_KEY])
 
 
 def _check_compiles(path: Path, dynamic_axes: Mapping[str, tuple[int, ...]] | None) -> None:

@@ -70,6 +70,12 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "per-channel weights); fp16: half precision, no calibration (TensorRT 11 fp16). All run on the "
         "CPU, so bench accuracy can check them (default: %(default)s)",
     )
+    _add_backend_args(parser)
+    _add_check_args(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_backend_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         choices=("onnxruntime", "openvino"),
@@ -82,8 +88,6 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "--preset", choices=("performance", "mixed"), default="performance",
         help="--backend openvino: NNCF's preset (mixed: asymmetric activations) (default: %(default)s)",
     )  # fmt: skip
-    _add_check_args(parser)
-    parser.set_defaults(handler=run)
 
 
 def _add_check_args(parser: argparse.ArgumentParser) -> None:

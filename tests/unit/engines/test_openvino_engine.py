@@ -247,3 +247,17 @@ def test_reason_drops_openvinos_source_lines() -> None:
         "Exception from src/inference/src/cpp/core.cpp:117:\nException from src/x.cpp:9:\nNo device\n"
     )
     assert reason(error) == "No device"
+
+
+def test_a_fixed_size_model_never_asks_the_sources(tmp_path: Path) -> None:
+    def sources() -> dict[str, list[tuple[int, ...]]]:
+        raise AssertionError("opened the sources for a model of fixed size")
+
+    engine = OpenVinoEngine(
+        str(NANODET),
+        precision="fp32",
+        dynamic_axes={"input_1:0": (0,)},
+        input_shapes=sources,
+        cache_dir=str(tmp_path),
+    )
+    assert engine.inputs[0].shape == (None, 3, 416, 416)
