@@ -72,13 +72,12 @@ class OpenVinoEngine(Engine):
         cache: bool = True,
     ) -> None:
         self.model_path = str(model_path)
-        self.device = device
         if precision not in (*HINTS, "auto", "int8"):
             raise ConfigError(f"engine.precision: {precision!r} is not one of auto, {', '.join(HINTS)}, int8")
         if threads < 0 or streams < 0:
             raise ConfigError(f"engine.threads and engine.streams must be >= 0, got {threads} and {streams}")
         core = ov.Core()
-        check_device(core, device)
+        self.device = device = check_device(core, device)
         if cache:
             _use_cache(core, cache_dir)
         model = read(core, self.model_path, dynamic_axes or {})
@@ -173,22 +172,34 @@ def _use_cache(core: ov.Core, cache_dir: str | None) -> None:
     core.set_property({props.cache_dir: str(directory)})
 
 
-def check_device(core: ov.Core, device: str) -> None:
-    """A ConfigError naming `engine.device` where OpenVINO has no such device here: the devices it
-    does have, and why the one asked for is missing (its plugin's own reason: no OpenCL, no driver)."""
+def check_device(core: ov.Core, device: str) -> str:
+    """The device to compile for: `device`, or `AUTO:...` without the devices of its list that are
+    not here (OpenVINO's AUTO fails on a plugin that does not load). A ConfigError naming
+    `engine.device` where OpenVINO has no such device: the devices it does have, and why the one
+    asked for is missing (its plugin's own reason: no OpenCL, no driver)."""
     family = device.split(":", 1)[0].split(".", 1)[0]
     if family not in DEVICES:
         raise ConfigError(
             f"engine.device: {device!r} is not one of {', '.join(DEVICES)} (or GPU.N, AUTO:...)"
         )
-    if family == "AUTO":
+    if family == "AUTO":  # AUTO:GPU,CPU falls back along its list: one device of it is enough
         wanted = [d.strip() for d in device.split(":", 1)[1].split(",")] if ":" in device else []
+        errors, usable = [], []
         for name in wanted:
-            check_device(core, name)
-        return
+            try:
+                usable.append(check_device(core, name))
+            except ConfigError as exc:
+                errors.append(str(exc))
+        if wanted and len(errors) == len(wanted):
+            raise ConfigError(f"engine.device: {device!r}: none of its devices is here: " + "; ".join(
+                e.removeprefix("engine.device: ") for e in errors
+            ))  # fmt: skip
+        for error in errors:
+            log.info("%s (AUTO goes on without it)", error)
+        return f"AUTO:{','.join(usable)}" if wanted else device
     available = core.available_devices
     if device in available or (device == family and any(d.split(".")[0] == family for d in available)):
-        return
+        return device
     raise ConfigError(
         f"engine.device: {device!r} is not available here (OpenVINO {ov.get_version().split('-')[0]} "
         f"sees {', '.join(available) or 'no device'}): {missing(core, family)}"
@@ -338,8 +349,8 @@ def _precision_run(compiled: ov.CompiledModel, model: ov.Model, device: str, pre
     """What the device runs: its inference precision (int8 where the model is quantized: the rest
     of its nodes run at that precision), with one warning where it is not what was asked for."""
     value = _property(compiled, hints.inference_precision, None)
-    ran = NAMES.get(str(value.get_type_name()) if isinstance(value, ov.Type) else "", "the device's default")
-    if precision in HINTS and ran != precision:
+    ran = NAMES.get(str(value.get_type_name()) if isinstance(value, ov.Type) else "", "default")
+    if precision in HINTS and ran not in (precision, "default"):  # AUTO does not say: no warning
         log.warning(
             "engine.precision %s: OpenVINO runs %s on %s instead (a CPU needs AMX or AVX-512 BF16 for bf16; "
             "f16 runs on GPUs, and on CPUs with AMX-FP16)",
