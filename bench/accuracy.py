@@ -59,6 +59,12 @@ def add_arguments(
     )
     add_tolerance_args(parser)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    parser.add_argument(
+        "--record-gate",
+        action="store_true",
+        help="write the OpenVINO variants' verdicts into the accuracy gate (engines/openvino_gate.json): "
+        "precision auto then never runs one this model failed",
+    )
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -151,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
     }
     harness.say(render(report))
     harness.write_json(args.json, report)
+    if args.record_gate:
+        from framewire.components import GATE, record_gate
+
+        written = record_gate(results, config.model.path, video, len(prepared), str(machine.get("cpu", "?")))
+        harness.stderr(f"bench accuracy: {written} OpenVINO verdict(s) recorded in {GATE.resolve()}")
     return 0 if all(r.get("passed") for r in results) else 1
 
 

@@ -2,8 +2,10 @@
 
 A variant is written `backend:device:precision`, e.g. `onnxruntime:cpu:fp32` (the reference),
 `onnxruntime:cpu:int8` (the model quantised by `quantize`), `onnxruntime:cuda:fp32`,
-`onnxruntime:tensorrt:fp16` (ONNX Runtime's TensorRT provider) or `tensorrt:gpu:fp16` (native
-TensorRT). `available()` lists what this machine can run; GPU variants appear only with a GPU.
+`onnxruntime:tensorrt:fp16` (ONNX Runtime's TensorRT provider), `tensorrt:gpu:fp16` (native
+TensorRT) or `openvino:cpu:bf16` (OpenVINO on `engine.device` CPU; gpu, npu and auto too; its int8
+runs the quantised model). `available()` lists what this machine can run; GPU variants appear only
+with a GPU, OpenVINO's where it is installed.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("onnxruntime", "tensorrt")
+BACKENDS = ("onnxruntime", "tensorrt", "openvino")
 ORT_DEVICES = ("cpu", "cuda", "tensorrt")
+OPENVINO_DEVICES = ("cpu", "gpu", "npu", "auto")
 PRECISIONS = ("fp32", "fp16", "int8")
+OPENVINO_PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,10 @@ class Variant:
 
     @property
     def uses_int8_model(self) -> bool:
-        """ONNX Runtime on the CPU runs INT8 from a quantised model file (QDQ); the TensorRT paths
-        calibrate the fp32 model themselves."""
-        return self.backend == "onnxruntime" and self.device == "cpu" and self.precision == "int8"
+        """ONNX Runtime on the CPU and OpenVINO run INT8 from a quantised model file (QDQ); the
+        TensorRT paths calibrate the fp32 model themselves."""
+        on_cpu = self.backend == "onnxruntime" and self.device == "cpu"
+        return self.precision == "int8" and (on_cpu or self.backend == "openvino")
 
     @property
     def uses_fp16_model(self) -> bool:
@@ -50,7 +55,8 @@ class Variant:
 
     @property
     def on_gpu(self) -> bool:
-        return self.device != "cpu"
+        """On an NVIDIA GPU (whose memory the bench reads); OpenVINO's GPU is an Intel one."""
+        return self.backend != "openvino" and self.device != "cpu"
 
 
 REFERENCE = Variant("onnxruntime", "cpu", "fp32")
@@ -71,6 +77,15 @@ def parse(text: str) -> list[Variant]:
         backend, device, precision = parts
         if backend not in BACKENDS:
             raise UsageError(f"--variants: {item!r}: backend must be one of {', '.join(BACKENDS)}")
+        if backend == "openvino":
+            if device not in OPENVINO_DEVICES or precision not in OPENVINO_PRECISIONS:
+                raise UsageError(
+                    f"--variants: {item!r}: OpenVINO's device is one of {', '.join(OPENVINO_DEVICES)}, its "
+                    f"precision one of {', '.join(OPENVINO_PRECISIONS)}"
+                )
+            if Variant(backend, device, precision) not in out:
+                out.append(Variant(backend, device, precision))
+            continue
         if precision not in PRECISIONS:
             raise UsageError(f"--variants: {item!r}: precision must be one of {', '.join(PRECISIONS)}")
         if backend == "onnxruntime" and device not in ORT_DEVICES:
@@ -110,6 +125,8 @@ def available() -> list[Variant]:
             out += [Variant("tensorrt", "gpu", p) for p in PRECISIONS]
     else:
         log.info("no GPU variants: %s", machine.no_gpu)
+    if machine.openvino:
+        out += [Variant("openvino", "cpu", p) for p in ("fp32", "bf16", "int8")]
     return out
 
 
@@ -125,8 +142,12 @@ def engine_config(
         data["providers"] = {"cpu": ["cpu"], "cuda": ["cuda"], "tensorrt": ["tensorrt", "cuda"]}[
             variant.device
         ]
-    # INT8 on the CPU is in the model file; the engine's precision is TensorRT's.
-    data["precision"] = "fp32" if variant.uses_int8_model or variant.uses_fp16_model else variant.precision
+    if variant.backend == "openvino":
+        data["device"] = variant.device.upper()
+    # INT8 on ONNX Runtime's CPU is in the model file; the engine's precision is TensorRT's (and
+    # OpenVINO's, whose int8 checks that the model is quantized).
+    from_file = (variant.uses_int8_model or variant.uses_fp16_model) and variant.backend != "openvino"
+    data["precision"] = "fp32" if from_file else variant.precision
     if variant.precision == "int8" and not variant.uses_int8_model and not data["calibration"].get("video"):
         data["calibration"] = {**data["calibration"], "video": calibration_video}
     return EngineConfig.model_validate(data)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from framewire.engines import cuda
+from framewire.engines import cuda, openvino_support
 from framewire.pipeline.errors import EngineError, one_line
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def run_checks(device: int = 0) -> Report:
     ]
     for name, step in steps:
         _guarded(report, name, lambda: step(report, device))
+    _guarded(report, "openvino", lambda: report.facts.update(openvino_support.doctor_facts()))
     with tempfile.TemporaryDirectory(prefix="framewire-doctor-") as tmp:
         workdir = Path(tmp)
         model = tiny_model(workdir / "tiny.onnx")

@@ -49,7 +49,7 @@ def open_onnxruntime(
         providers=config.providers,
         dynamic_axes=dynamic_axes,
         device_id=options.device,
-        precision=config.precision,
+        precision=fixed_precision(config),
         cache_dir=config.cache_dir,
         optimized_cache=config.optimized_model_cache,
         gpu_mem_limit=_gpu_mem_limit(config, options.device) if "cuda" in config.providers else None,
@@ -151,7 +151,7 @@ def build_request(
         identity = f"{os.path.abspath(calibration.video)}:{size}:{calibration.frames}:{calibration.batch}"
     return BuildRequest(
         model_path=model_path,
-        precision=config.precision,
+        precision=fixed_precision(config),
         dynamic_axes=dict(dynamic_axes),
         min_batch=config.min_batch,
         opt_batch=config.opt_batch or config.max_batch,
@@ -182,6 +182,36 @@ def open_triton(
     return TritonEngine(settings, name, dynamic_axes, device=options.device, version=version)
 
 
+def open_openvino(
+    config: EngineConfig,
+    model_path: str,
+    dynamic_axes: Mapping[str, tuple[int, ...]],
+    options: OpenOptions = OpenOptions(),
+) -> Engine:
+    """`backend: openvino`: the model compiled by OpenVINO for `engine.device`, at the precision the
+    accuracy gate allows (`framewire.engines.openvino_gate`), with this process's threads and streams."""
+    from framewire.engines.cpu_features import cpu_flags, default_precision
+    from framewire.engines.openvino import OpenVinoEngine
+    from framewire.engines.openvino_gate import gated_precision
+
+    native = default_precision(cpu_flags()) if config.device == "CPU" else "fp32"  # others: not gated
+    return OpenVinoEngine(
+        model_path,
+        device=config.device,
+        precision=gated_precision(model_path, config.precision, native),
+        threads=config.threads,
+        streams=config.streams,
+        dynamic_axes=dynamic_axes,
+        input_shapes=options.input_shapes,
+        cache_dir=config.cache_dir,
+    )
+
+
+def fixed_precision(config: EngineConfig) -> str:
+    """engine.precision for ONNX Runtime and TensorRT: `auto` is fp32 there."""
+    return "fp32" if config.precision == "auto" else config.precision
+
+
 Opener = Callable[[EngineConfig, str, Mapping[str, tuple[int, ...]], OpenOptions], Engine]
 """What an entry of the `framewire.backends` group is: (engine config, model path, dynamic axes,
 options) -> an open Engine."""
@@ -200,12 +230,17 @@ class Machine:
     no_gpu: str
     """Why `gpus` is 0 (no driver, no device, no cuda-python and no libcuda)."""
     ort_providers: frozenset[str]
+    openvino: str | None = None
+    """Version of the installed openvino package, else None."""
+    cpu_flags: frozenset[str] = frozenset()
+    """The CPU's flags (framewire.engines.cpu_features): AMX and VNNI make OpenVINO worth it."""
 
 
 @functools.lru_cache(maxsize=1)
 def detect_machine() -> Machine:
     """Probe once per process; never raises (cuda-python raises without a driver: caught)."""
     from framewire.engines import cuda
+    from framewire.engines.cpu_features import cpu_flags
     from framewire.engines.trt_build import import_tensorrt
     from framewire.pipeline.errors import EngineError
 
@@ -220,7 +255,21 @@ def detect_machine() -> Machine:
         providers = frozenset(ort.get_available_providers())
     except ImportError:
         providers = frozenset()
-    return Machine(version, gpus, why, providers)
+    return Machine(version, gpus, why, providers, _openvino_version(), cpu_flags())
+
+
+def _openvino_version() -> str | None:
+    """The openvino package's version, without importing it (its import starts no threads, but
+    costs a fifth of a second in every process that only asks)."""
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    if find_spec("openvino") is None:
+        return None
+    try:
+        return metadata.version("openvino")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -236,15 +285,18 @@ class Choice:
 
 def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quiet: bool = False) -> Choice:
     """The backend that runs `config`. `auto`: TensorRT when it imports and a GPU is present, else
-    ONNX Runtime with CUDA when its build has the provider and a GPU is present, else ONNX Runtime
-    on the CPU (`engine.providers` then does not apply). The choice is logged in one line, once per
-    process (`quiet`: at debug level, for the infer workers, so a job says it once): a warning when
-    GPU packages are installed but no GPU can be used, or a GPU is present but no package can use
-    it, since that user expected a GPU."""
+    ONNX Runtime with CUDA when its build has the provider and a GPU is present, else OpenVINO on
+    the CPU where it is installed and the CPU has AMX or VNNI, else ONNX Runtime on the CPU
+    (`engine.providers` then does not apply). The choice is logged in one line, once per process
+    (`quiet`: at debug level, for the infer workers, so a job says it once): a warning when GPU
+    packages are installed but no GPU can be used, or a GPU is present but no package can use it,
+    since that user expected a GPU, and when openvino is installed on a CPU it does not speed up."""
     if config.backend is Backend.TENSORRT:
         return Choice(Backend.TENSORRT, (), True, "engine.backend is tensorrt")
     if config.backend is Backend.TRITON:  # the server holds the GPUs: processes_per_device clients
         return Choice(Backend.TRITON, (), False, "engine.backend is triton")
+    if config.backend is Backend.OPENVINO:  # one device per process (engine.device)
+        return Choice(Backend.OPENVINO, (), False, "engine.backend is openvino")
     if not isinstance(config.backend, Backend):  # a plug-in's: it knows its devices
         return Choice(config.backend, (), False, f"engine.backend is {config.backend}")
     machine = machine or detect_machine()
@@ -255,34 +307,51 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
             name != "cpu" and PROVIDERS.get(name) in machine.ort_providers for name in config.providers
         )
         return Choice(Backend.ONNXRUNTIME, tuple(config.providers), gpu, "engine.backend is onnxruntime")
-    if machine.tensorrt and machine.gpus:
-        choice = Choice(
-            Backend.TENSORRT, (), True, f"TensorRT {machine.tensorrt} and {machine.gpus} GPU(s) found"
-        )
-    elif "CUDAExecutionProvider" in machine.ort_providers and machine.gpus:
-        choice = Choice(
-            Backend.ONNXRUNTIME,
-            ("cuda", "cpu"),
-            True,
-            f"ONNX Runtime with CUDA on {machine.gpus} GPU(s); no usable tensorrt package",
-        )
-    elif machine.gpus:
-        why = (
-            f"{machine.gpus} GPU(s) found, but this onnxruntime build has no CUDA provider and no "
-            "tensorrt package imports (install the gpu extra of your CUDA: docs/gpu.md)"
-        )
-        choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
-    else:
-        choice = Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {machine.no_gpu}")
+    choice = _auto(machine)
     if choice not in _logged:  # once per process, however often it is asked
         _logged.add(choice)
         # A warning where the user likely expected a GPU: GPU packages with no usable GPU, or a GPU
         # with no package that can use it.
         gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
         unexpected = (gpu_packages or machine.gpus > 0) and not choice.gpu
+        unexpected |= bool(machine.openvino) and choice.backend is Backend.ONNXRUNTIME and not choice.gpu
         level = logging.DEBUG if quiet else logging.WARNING if unexpected else logging.INFO
         log.log(level, "engine.backend auto: %s (%s)", _name(choice.backend), choice.reason)
     return choice
+
+
+def _auto(machine: Machine) -> Choice:
+    """`backend: auto` on this machine (choose_backend says the order)."""
+    from framewire.engines.cpu_features import gains_from_openvino
+
+    if machine.tensorrt and machine.gpus:
+        return Choice(
+            Backend.TENSORRT, (), True, f"TensorRT {machine.tensorrt} and {machine.gpus} GPU(s) found"
+        )
+    if "CUDAExecutionProvider" in machine.ort_providers and machine.gpus:
+        return Choice(
+            Backend.ONNXRUNTIME,
+            ("cuda", "cpu"),
+            True,
+            f"ONNX Runtime with CUDA on {machine.gpus} GPU(s); no usable tensorrt package",
+        )
+    if machine.gpus:
+        why = (
+            f"{machine.gpus} GPU(s) found, but this onnxruntime build has no CUDA provider and no "
+            "tensorrt package imports (install the gpu extra of your CUDA: docs/gpu.md)"
+        )
+        return Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {why}")
+    if machine.openvino and (gains := gains_from_openvino(machine.cpu_flags)):
+        return Choice(
+            Backend.OPENVINO, (), False, f"OpenVINO {machine.openvino} on the CPU ({gains}); {machine.no_gpu}"
+        )
+    without = (
+        f"openvino {machine.openvino} is installed, but this CPU has neither AMX nor VNNI, so it "
+        "would be no faster; "
+        if machine.openvino
+        else ""
+    )
+    return Choice(Backend.ONNXRUNTIME, ("cpu",), False, f"ONNX Runtime on the CPU: {without}{machine.no_gpu}")
 
 
 _logged: set[Choice] = set()
@@ -317,6 +386,10 @@ def preflight(config: EngineConfig, model_path: str | None = None) -> Choice:
         from framewire.engines import triton
 
         triton.preflight(config.triton, model_path)
+    elif choice.backend is Backend.OPENVINO:
+        from framewire.engines.openvino_support import preflight as openvino_preflight
+
+        openvino_preflight(config)
     elif config.backend is Backend.ONNXRUNTIME:
         from framewire.engines.onnxruntime import check_providers
 

@@ -164,15 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from framewire.app.compose.plan import check
     from framewire.app.io_check import check_io
+    from framewire.engines.describe import how_it_runs
 
     config = load_job(args)
     task = check(config)
     check_io(config)
+    engine = how_it_runs(config.engine)  # an engine.device that is not here fails before `ok`
     print(
         f"{args.config}: ok ({len(config.sources)} source(s), task {task.name}, "
         f"{len(config.outputs)} output(s))"
     )
     _describe_models(config, task)
+    print(f"  engine: {engine}")
     _describe_stages(config)
     return 0
 

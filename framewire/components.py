@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         resolve_path,
     )
     from framewire.engines.base import Engine
+    from framewire.engines.openvino_gate import GATE
+    from framewire.engines.openvino_gate import record as record_gate
     from framewire.engines.quantize import quantize_model, video_frames
     from framewire.engines.registry import OpenOptions, detect_machine, infer_workers, open_engine
     from framewire.media.audio import AudioDecoder, LogMel, MelSettings
@@ -70,6 +72,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "detect_machine": ("framewire.engines.registry", "detect_machine"),
     "infer_workers": ("framewire.engines.registry", "infer_workers"),
     "quantize_model": ("framewire.engines.quantize", "quantize_model"),
+    "record_gate": ("framewire.engines.openvino_gate", "record"),
+    "GATE": ("framewire.engines.openvino_gate", "GATE"),
     "video_frames": ("framewire.engines.quantize", "video_frames"),
     # media
     "VideoReader": ("framewire.media.video_reader", "VideoReader"),

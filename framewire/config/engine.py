@@ -36,6 +36,7 @@ class Backend(str, Enum):
     ONNXRUNTIME = "onnxruntime"
     TENSORRT = "tensorrt"
     TRITON = "triton"
+    OPENVINO = "openvino"
 
 
 class CalibrationConfig(_Model):
@@ -149,9 +150,25 @@ class EngineConfig(_Model):
     max_delay_ms: float = Field(
         default=2.0, ge=0, le=1000, description="Dynamic batching: how long a batch waits to fill."
     )
-    precision: Literal["fp32", "fp16", "int8"] = Field(
-        default="fp32",
-        description="TensorRT (native or ONNX Runtime's provider) precision; int8 needs calibration.",
+    precision: Literal["auto", "fp32", "fp16", "bf16", "int8"] = Field(
+        default="auto",
+        description="Numeric precision. auto: fp32 on ONNX Runtime and TensorRT; on OpenVINO the "
+        "device's own default (bf16 on a CPU with AMX, else fp32) where the model passed the accuracy "
+        "gate at it. TensorRT takes fp32, fp16, int8 (int8 needs calibration); OpenVINO all four (int8: "
+        "a quantized model).",
+    )
+    device: str = Field(
+        default="CPU",
+        pattern=r"^(CPU|NPU|GPU(\.[0-9]+)?|AUTO(:[A-Z0-9.,]+)?)$",
+        description="OpenVINO device: CPU, GPU (GPU.1 the second), NPU, or AUTO (AUTO:GPU,CPU in that "
+        "order); backend openvino.",
+    )
+    streams: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="OpenVINO: execution streams per infer process, each running one frame of a batch "
+        "at a time; 0 lets OpenVINO choose for throughput.",
     )
     devices: tuple[int, ...] = Field(
         default=(0,),

@@ -70,8 +70,24 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
         "per-channel weights); fp16: half precision, no calibration (TensorRT 11 fp16). All run on the "
         "CPU, so bench accuracy can check them (default: %(default)s)",
     )
+    _add_backend_args(parser)
     _add_check_args(parser)
     parser.set_defaults(handler=run)
+
+
+def _add_backend_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("onnxruntime", "openvino"),
+        default="onnxruntime",
+        help="openvino: NNCF's post-training int8 for OpenVINO's CPU (run it with engine.backend openvino "
+        "and engine.precision int8; --recipe, --per-channel, --min-channels, --method do not apply) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--preset", choices=("performance", "mixed"), default="performance",
+        help="--backend openvino: NNCF's preset (mixed: asymmetric activations) (default: %(default)s)",
+    )  # fmt: skip
 
 
 def _add_check_args(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     videos = list(args.video) or [s.uri for s in config.sources if isinstance(s, SourceConfig)]
     _check_videos(args.video, config)
+    if args.backend == "openvino":
+        return _openvino(args, task, config.model.path, videos)
     options = QuantizeOptions(
         per_channel=args.per_channel,
         min_channels=args.min_channels,
@@ -158,6 +176,35 @@ def run(args: argparse.Namespace) -> int:
     if args.auto_fp32:
         _auto_fp32(args, task, config.model.path, videos)
     print(f"use it with: --set model.path={report.output}", file=sys.stderr)
+    return 0
+
+
+def _openvino(args: argparse.Namespace, task: Any, model_path: str, videos: list[str]) -> int:
+    """NNCF's int8 for OpenVINO, on the same frames as the ONNX Runtime recipe."""
+    from framewire.app.engine_inputs import task_feeds
+    from framewire.engines.openvino_quantize import quantize_for_openvino
+    from framewire.engines.quantize import mixed_frames
+    from framewire.pipeline.errors import UsageError
+
+    if args.auto_fp32:
+        raise UsageError(
+            "--auto-fp32 applies to the onnxruntime recipes; check the result with bench accuracy"
+        )
+    feeds = task_feeds(task, mixed_frames(videos, args.frames, stride=args.stride))
+    report = quantize_for_openvino(
+        model_path, args.output, feeds, dynamic_axes=task.dynamic_axes(), preset=args.preset
+    )
+    print(
+        f"{report.output}: INT8 (OpenVINO IR by NNCF, preset {args.preset}) of {model_path}, calibrated on "
+        f"{report.frames} frame(s) of {', '.join(videos)} in {report.seconds:.1f} s; "
+        f"{report.quantized_nodes} FakeQuantize nodes",
+        file=sys.stderr,
+    )
+    print(
+        "use it with: --set engine.backend=openvino --set engine.precision=int8 "
+        f"--set model.path={report.output}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     from framewire.config import Config
     from framewire.pipeline.wire.tensors import TensorSpec
 
-PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan"}
-"""`--platform` short names and Triton's platform names (either is accepted)."""
-MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "tensorrt_plan": "model.plan"}
+PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "tensorrt": "tensorrt_plan", "openvino": "openvino"}
+"""`--platform` short names and Triton's platform names (either is accepted); Triton's OpenVINO is a
+backend (`backend: "openvino"`), which reads the same ONNX file."""
+MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "tensorrt_plan": "model.plan", "openvino": "model.onnx"}
 """Triton's default model file name per platform."""
 CROSS_CLIENT_BATCH = 8
 """Default max_batch_size when the config batches less: Triton batches requests of every client."""
@@ -53,8 +54,10 @@ def register(sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None
     add_config_args(parser)
     parser.add_argument("-o", "--output", required=True, metavar="REPO", help="the model repository folder")
     parser.add_argument(
-        "--platform", choices=sorted({*PLATFORMS, *PLATFORMS.values()}), default="onnxruntime",
-        help="onnxruntime (onnxruntime_onnx, default) or tensorrt (tensorrt_plan: needs --plan)",
+        "--platform", choices=sorted({*PLATFORMS, *PLATFORMS.values()}),
+        help="onnxruntime (onnxruntime_onnx; the default), tensorrt (tensorrt_plan: needs --plan) or "
+        "openvino (Triton's OpenVINO backend: engine.threads, streams and precision bf16 as its "
+        "parameters; the default when engine.backend is openvino)",
     )  # fmt: skip
     parser.add_argument("--name", help="the main model's name in Triton (default: its file name without .onnx)")
     parser.add_argument(
@@ -132,7 +135,9 @@ def triton_repo(args: argparse.Namespace) -> int:
 
     config = load_job(args)
     check(config)
-    args.platform = PLATFORMS.get(args.platform, args.platform)
+    backend = getattr(config.engine.backend, "value", config.engine.backend)
+    platform = args.platform or ("openvino" if backend == "openvino" else "onnxruntime")
+    args.platform = PLATFORMS.get(platform, platform)
     entries = [_described(entry, args) for entry in _entries(config, args)]
     repo = Path(args.output)
     _check_writable(repo, entries, args)
@@ -208,6 +213,8 @@ def _base(config: Config, args: argparse.Namespace, key: str, path: str, name: s
         entry = replace(entry, instance_kind="KIND_GPU", gpus=tuple(engine.devices))
     elif engine.threads > 0 and args.platform == "onnxruntime_onnx":
         entry = replace(entry, parameters=(("intra_op_thread_count", str(engine.threads)),))
+    if args.platform == "openvino":
+        entry = replace(entry, parameters=_openvino_parameters(config))
     if gpu and args.platform == "onnxruntime_onnx" and "tensorrt" in _providers(config):
         entry = replace(entry, accelerator=_trt_accelerator(config))
     return entry
@@ -231,11 +238,26 @@ def _providers(config: Config) -> tuple[str, ...]:
     return ("tensorrt",) if backend == "tensorrt" else tuple(config.engine.providers)
 
 
+def _openvino_parameters(config: Config) -> tuple[tuple[str, str], ...]:
+    """Triton's OpenVINO backend parameters (its README's names) of `engine:`: streams and threads
+    per instance, latency or throughput, and bf16 where the config asks for it by name."""
+    engine = config.engine
+    params = [
+        ("NUM_STREAMS", str(engine.streams) if engine.streams else "AUTO"),
+        ("PERFORMANCE_HINT", "LATENCY" if engine.streams == 1 else "THROUGHPUT"),
+    ]
+    if engine.threads:
+        params.append(("INFERENCE_NUM_THREADS", str(engine.threads)))
+    if engine.precision == "bf16":
+        params.append(("HINT_BF16", "YES"))
+    return tuple(params)
+
+
 def _trt_accelerator(config: Config) -> tuple[tuple[str, str], ...]:
     """ONNX Runtime's TensorRT provider inside Triton, at the config's precision."""
     from framewire.pipeline.errors import ConfigError
 
-    precision = config.engine.precision
+    precision = "fp32" if config.engine.precision == "auto" else config.engine.precision
     if precision == "int8":
         raise ConfigError(
             "engine.precision: int8 needs a calibration table Triton's ONNX Runtime backend does not take "
@@ -356,7 +378,9 @@ def _write(repo: Path, entry: Entry, args: argparse.Namespace) -> None:
 
 def render(entry: Entry) -> str:
     """config.pbtxt (protobuf text format of Triton's ModelConfig) for one entry."""
-    lines = [f'name: "{entry.name}"', f'platform: "{entry.platform}"', f"max_batch_size: {entry.max_batch_size}"]
+    kind = f'backend: "{entry.platform}"' if entry.platform == "openvino" else f'platform: "{entry.platform}"'
+    lines = [f'name: "{entry.name}"', kind, f"max_batch_size: {entry.max_batch_size}"]
+    lines += [f'default_model_filename: "{MODEL_FILES[entry.platform]}"'] if entry.platform == "openvino" else []
     for field, tensors in (("input", entry.inputs), ("output", entry.outputs)):
         for t in tensors:
             lines += [f"{field} {{", f'  name: "{_quote(t.name)}"', f"  data_type: {t.data_type}",

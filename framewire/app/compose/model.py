@@ -62,7 +62,7 @@ def model_info(path: str, key: str) -> ModelInfo:
 
 @functools.lru_cache(maxsize=8)
 def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
-    from framewire.engines.onnx_model import read_model
+    from framewire.engines.model_file import read_model
 
     inputs, outputs, metadata = read_model(path)
     return ModelInfo(path, inputs, outputs, metadata)
@@ -70,7 +70,7 @@ def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
 
 def check_model(config: Config, task: Task) -> None:
     """The model file is there, and its inputs and outputs fit the task."""
-    from framewire.engines.onnx_model import describe
+    from framewire.engines.model_file import describe
 
     model = Path(config.model.path)
     if not model.is_file():

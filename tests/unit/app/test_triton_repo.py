@@ -179,3 +179,27 @@ def test_an_existing_version_is_kept_unless_forced(tmp_path: Path, capsys: pytes
     assert model.stat().st_mtime_ns == before
     assert make_repo(repo, "--version", "2") == 0 and (repo / YUNET / "2" / "model.onnx").is_file()
     assert make_repo(repo, "--force") == 0
+
+
+def test_openvino_backend_configuration(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Triton's OpenVINO backend: `backend: "openvino"` on the same ONNX file, engine: as its parameters;
+    the model it reads batches, as OpenVINO itself runs it."""
+    repo = tmp_path / "models"
+    sets = ["engine.backend=openvino", "engine.streams=2", "engine.threads=4", "engine.precision=bf16"]
+    assert make_repo(repo, *(a for s in sets for a in ("--set", s))) == 0  # the platform follows the backend
+    assert "as openvino" in capsys.readouterr().out
+    config = read_config(repo / YUNET)
+    assert (config.backend, config.platform, config.default_model_filename) == ("openvino", "", "model.onnx")
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    assert params == {"NUM_STREAMS": "2", "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": "4",
+                      "HINT_BF16": "YES"}  # fmt: skip
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    assert_matches_model(config, repo / YUNET)
+    ov = pytest.importorskip("openvino")
+    compiled = ov.Core().compile_model(str(repo / YUNET / "1" / "model.onnx"), "CPU")
+    frames = np.random.default_rng(1).uniform(0, 255, (2, 3, 96, 128)).astype(np.float32)
+    assert compiled(frames)[0].shape[0] == 2
+    latency = tmp_path / "latency"
+    assert make_repo(latency, "--platform", "openvino") == 0
+    params = {key: value.string_value for key, value in read_config(latency / YUNET).parameters.items()}
+    assert params == {"NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "1"}

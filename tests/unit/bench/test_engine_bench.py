@@ -94,3 +94,37 @@ def test_compare_refuses_a_file_of_another_benchmark(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"benchmark": "pipeline"}))
     assert cli.main(["bench", "engine", "--compare", str(other), str(other)]) == 2
+
+
+def test_openvino_variants_parse_and_configure() -> None:
+    assert parse("openvino:cpu:bf16,openvino:gpu:fp16,openvino:cpu:int8") == [
+        Variant("openvino", "cpu", "bf16"),
+        Variant("openvino", "gpu", "fp16"),
+        Variant("openvino", "cpu", "int8"),
+    ]
+    for bad in ("openvino:tpu:fp32", "openvino:cpu:fp8"):
+        with pytest.raises(UsageError, match="OpenVINO's device is one of cpu, gpu, npu, auto"):
+            parse(bad)
+    int8 = Variant("openvino", "cpu", "int8")
+    assert int8.uses_int8_model and not int8.on_gpu and not Variant("openvino", "gpu", "fp16").on_gpu
+    config = engine_config(EngineConfig(threads=1), int8, 4, "v.mp4")
+    got = (config.backend.value, config.device, config.precision, config.max_batch)
+    assert got == ("openvino", "CPU", "int8", 4)
+    assert engine_config(EngineConfig(), Variant("openvino", "gpu", "fp16"), 1, "v.mp4").device == "GPU"
+
+
+def test_bench_engine_runs_openvino_beside_onnx_runtime(tiny_job: Path, tmp_path: Path) -> None:
+    pytest.importorskip("openvino")
+    out = tmp_path / "engine.json"
+    code = cli.main(
+        ["bench", "engine", "-c", str(tiny_job), "--variants", "onnxruntime:cpu:fp32,openvino:cpu:fp32",
+         "--frames", "2", "--batches", "1,3", "--warmup", "1", "--seconds", "0.05", "--min-iterations", "3",
+         "--json", str(out), "--set", f"engine.cache_dir={tmp_path / 'cache'}"]
+    )  # fmt: skip
+    assert code == 0
+    results = json.loads(out.read_text())["results"]
+    assert [r["variant"] for r in results] == ["onnxruntime:cpu:fp32", "openvino:cpu:fp32"]
+    openvino = results[1]
+    assert openvino["error"] is None and openvino["batchable"] is True
+    assert openvino["provider"] == "OpenVINO CPU fp32"
+    assert [row["batch"] for row in openvino["rows"]] == [1, 3]

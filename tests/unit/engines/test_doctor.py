@@ -208,3 +208,38 @@ def test_on_this_machine_it_reports_no_gpu_cleanly() -> None:
     names = [line.split()[1] for line in lines]
     assert names[:3] == ["driver", "cuda-python", "gpus"] and lines[0].startswith("failed")
     assert lines[-1].startswith("ok ") and "model benchmark" in lines[-1]  # the CPU still runs the model
+
+
+def test_the_cpu_and_openvino_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor's facts: the CPU's AMX/VNNI flags and what they mean, OpenVINO and each of its devices
+    (or why a plugin has none), from the real openvino wheel; without it, how to get it."""
+    from framewire.engines import cpu_features, openvino_support
+
+    ov = pytest.importorskip("openvino")
+    facts = openvino_support.doctor_facts()
+    flags = cpu_features.cpu_flags()
+    if cpu_features.gains_from_openvino(flags):
+        assert "OpenVINO gains (" in facts["cpu"]
+    else:
+        assert facts["cpu"].endswith("no AMX or VNNI: OpenVINO would be no faster than ONNX Runtime fp32")
+    assert facts["openvino"] == ov.get_version().split("-")[0]
+    assert facts["openvino CPU"] and not facts["openvino CPU"].startswith("none")
+    for family in ("GPU", "NPU"):
+        if not any(d.startswith(family) for d in ov.Core().available_devices):
+            assert facts[f"openvino {family}"].startswith("none: ")
+    assert all("\n" not in value for value in facts.values())
+    hide_module(monkeypatch, "openvino")
+    assert openvino_support.doctor_facts()["openvino"].startswith("the openvino package is not installed")
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path: Path) -> None:
+    from framewire.engines import cpu_features
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni amx_bf16 amx_int8\n\n")
+    flags = cpu_features.cpu_flags(str(cpuinfo))
+    assert cpu_features.known(flags) == ["amx_bf16", "amx_int8", "avx512_vnni", "avx512f", "avx2"]
+    assert cpu_features.gains_from_openvino(flags) == "amx_bf16, amx_int8, avx512_vnni"
+    assert cpu_features.default_precision(flags) == "bf16"
+    assert cpu_features.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    assert cpu_features.default_precision(frozenset({"avx2"})) == "fp32"

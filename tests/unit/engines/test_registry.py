@@ -251,3 +251,81 @@ def test_a_gpu_install_without_a_usable_gpu_says_so_once_as_a_warning(
     with caplog.at_level(logging.DEBUG, logger="framewire.engines.registry"):
         choose_backend(EngineConfig(), machine, quiet=True)  # an infer worker
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+
+
+AMX = frozenset({"avx2", "avx512f", "avx512_vnni", "amx_bf16", "amx_int8"})
+AVX2 = frozenset({"avx", "avx2"})
+
+
+def test_auto_picks_openvino_on_a_cpu_with_amx_or_vnni(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_logged", set())
+    with caplog.at_level(logging.INFO, logger="framewire.engines.registry"):
+        choice = choose_backend(EngineConfig(), Machine(None, 0, NO_DRIVER, CPU_BUILD, "2026.4.1", AMX))
+    reason = f"OpenVINO 2026.4.1 on the CPU (amx_bf16, amx_int8, avx512_vnni); {NO_DRIVER}"
+    assert choice == Choice(Backend.OPENVINO, (), False, reason)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, f"engine.backend auto: openvino ({reason})")
+    ]
+    vnni_only = Machine(None, 0, NO_DRIVER, CPU_BUILD, "2026.4.1", frozenset({"avx_vnni"}))
+    assert choose_backend(EngineConfig(), vnni_only).backend is Backend.OPENVINO
+    # A GPU still comes first.
+    with_gpu = Machine("10.3.0", 1, "", GPU_BUILD, "2026.4.1", AMX)
+    assert choose_backend(EngineConfig(), with_gpu).backend is Backend.TENSORRT
+
+
+def test_auto_without_amx_or_vnni_falls_back_with_one_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "_logged", set())
+    machine = Machine(None, 0, NO_DRIVER, CPU_BUILD, "2026.4.1", AVX2)
+    with caplog.at_level(logging.INFO, logger="framewire.engines.registry"):
+        choice = choose_backend(EngineConfig(), machine)
+        choose_backend(EngineConfig(), machine)
+    assert (choice.backend, choice.providers) == (Backend.ONNXRUNTIME, ("cpu",))
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            "engine.backend auto: onnxruntime (ONNX Runtime on the CPU: openvino 2026.4.1 is installed, but "
+            f"this CPU has neither AMX nor VNNI, so it would be no faster; {NO_DRIVER})",
+        )
+    ]
+    # Without openvino the same CPU is no surprise: no warning.
+    monkeypatch.setattr(registry, "_logged", set())
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="framewire.engines.registry"):
+        choose_backend(EngineConfig(), Machine(None, 0, NO_DRIVER, CPU_BUILD, None, AMX))
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+
+
+def test_openvino_runs_processes_per_device_on_the_cpu_and_opens_through_the_registry(
+    conv_model: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("openvino")
+    config = EngineConfig(
+        backend=Backend.OPENVINO, processes_per_device=3, devices=(0, 1), cache_dir=str(tmp_path)
+    )
+    assert choose_backend(config) == Choice(Backend.OPENVINO, (), False, "engine.backend is openvino")
+    assert infer_workers(config) == 3
+    assert preflight(config).backend is Backend.OPENVINO
+    engine = open_engine(config, str(conv_model), {"x": (0,)})
+    assert engine.backend == "openvino" and engine.inputs[0].shape == (None, 3, 8, 8)
+    assert engine.infer({"x": np.ones((2, 3, 8, 8), np.float32)})["y"].shape == (2, 2, 8, 8)
+
+
+def test_openvino_preflight_names_engine_device(tmp_path: Path) -> None:
+    ov = pytest.importorskip("openvino")
+    from framewire.pipeline.errors import ConfigError
+
+    if "NPU" in ov.Core().available_devices:
+        pytest.skip("this machine has an NPU")
+    with pytest.raises(ConfigError, match=r"^engine.device: 'NPU' is not available here"):
+        preflight(EngineConfig(backend=Backend.OPENVINO, device="NPU"))
+
+
+def test_openvino_preflight_without_the_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    hide_module(monkeypatch, "openvino")
+    missing = r"^engine.backend: openvino: the openvino package is not installed \(pip install"
+    with pytest.raises(EngineError, match=missing):
+        preflight(EngineConfig(backend=Backend.OPENVINO))
