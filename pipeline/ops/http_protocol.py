@@ -61,6 +61,10 @@ class JsonH11Protocol(H11Protocol):
     _parse_error: str = ""
     _discarded = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.access_log = False  # uvicorn logs each request wherever the root logger has a handler
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._lingering = _Lingering(transport, self)
         super().connection_made(self._lingering)  # type: ignore[arg-type]
