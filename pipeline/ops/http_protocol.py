@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol (h11) with the two things the API promises that uvicorn does not do.
+"""uvicorn's HTTP/1.1 protocol (h11) with the three things the API needs that uvicorn does not do.
 
 - A request it cannot parse (a bad request line or Content-Length) is answered in JSON like every
   other error, `{"error": "..."}` naming what h11 refused, instead of uvicorn's plain text.
@@ -7,8 +7,11 @@
   and drops what still comes, up to DISCARD_BYTES for DISCARD_S, before it closes. Closing at once
   on unread data makes the kernel reset the connection, and a client still sending (urllib,
   requests) would lose the answer to the reset before reading it.
+- TCP_NODELAY on each connection: uvicorn writes an answer's headers and its body apart, and with
+  Nagle's algorithm on, the body of a small answer waits for the client's delayed ACK: measured
+  here, 42-49 ms for every `GET /livez` after the first on a kept-alive connection, 1 ms without.
 
-Both hook into uvicorn's `H11Protocol` (pinned in the locks); tests/unit/pipeline/test_control_http.py
+All three hook into uvicorn's `H11Protocol` (pinned in the locks); tests/unit/pipeline/test_control_http.py
 holds them on a real socket.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from typing import Any
 
 import h11
@@ -66,6 +70,9 @@ class JsonH11Protocol(H11Protocol):
         self.access_log = False  # uvicorn logs each request wherever the root logger has a handler
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._lingering = _Lingering(transport, self)
         super().connection_made(self._lingering)  # type: ignore[arg-type]
         receive = self.conn.next_event
