@@ -5,8 +5,10 @@ Each route takes the methods ROUTES gives it; every other method HTTP defines is
 `Allow` header (OPTIONS: 204 with that header), a method HTTP does not define 501, a path not listed
 404. Before any route runs, a body is refused on its headers: 411 without a Content-Length (chunked),
 413 over MAX_BODY. Every error is JSON, `{"error": "one line"}`, also for a handler that fails (500,
-logged). Handlers that wait (a command for the hub loop, the next preview frame, a render of
-/metrics under its lock) run on Starlette's thread pool, so the event loop keeps serving.
+logged). Handlers that wait briefly (a command for the hub loop, a render of /metrics under its lock) run
+on Starlette's thread pool, so the event loop keeps serving; the long waits (a preview's next
+frame, up to 2 s; an event stream) wait on the loop itself and hold no thread, since the pool has
+40 and every viewer of every source keeps one long poll open.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from framewire.pipeline.ops import hls
-from framewire.pipeline.ops.console import EVENTS, PREVIEW, STATIC, STATS, Console, query_number
+from framewire.pipeline.ops.console import (
+    EVENTS,
+    PREVIEW,
+    PREVIEW_WAIT_S,
+    STATIC,
+    STATS,
+    Console,
+    preview_answer,
+    query_number,
+)
 from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -161,10 +172,11 @@ class _Handlers:
         self.control = control
 
     def table(self) -> dict[str, Handler]:
-        console_paths = [path for path in ROUTES if path in STATIC or path in (STATS, PREVIEW + "{source_id}")]
+        console_paths = [path for path in ROUTES if path in STATIC or path == STATS]
         return {
             "/metrics": self.metrics, "/openapi.json": self.openapi, "/hls/{source_id}/{name}": self.hls_file,
             "/sources": self.sources, "/sources/{source_id}": self.remove, EVENTS: self.events,
+            PREVIEW + "{source_id}": self.preview,
             "/drain": self.command("drain"), "/stop": self.command("stop"),
             **{path: self.probe(keys) for path, keys in PROBES.items()},
             **{path: self.console for path in console_paths},
@@ -232,6 +244,19 @@ class _Handlers:
         target = request.url.path + ("?" + request.url.query if request.url.query else "")
         authorised = self.control.authorised(request.headers.get("authorization"))
         found = await run_in_threadpool(console.answer, request.url.path, target, authorised)
+        return answer(found.status, found.body, found.content_type, found.headers)
+
+    async def preview(self, request: Request) -> Response:
+        """The next preview frame, waited for on the event loop (a long poll holds no thread)."""
+        console = self._console(request)
+        self.authorise(request)
+        source = request.path_params["source_id"]
+        asked = console.preview_asked(source, "?" + request.url.query)
+        if not isinstance(asked, int):
+            found = asked
+        else:
+            assert console.previews is not None
+            found = preview_answer(await console.previews.next_frame(source, asked, PREVIEW_WAIT_S))
         return answer(found.status, found.body, found.content_type, found.headers)
 
     async def events(self, request: Request) -> Response:

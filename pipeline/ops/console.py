@@ -88,6 +88,14 @@ class Console:
         return snapshot
 
     def _preview(self, source: str, target: str) -> Answer:
+        asked = self.preview_asked(source, target)
+        if isinstance(asked, Answer):
+            return asked
+        assert self.previews is not None
+        return preview_answer(self.previews.wait_frame(source, asked, PREVIEW_WAIT_S))
+
+    def preview_asked(self, source: str, target: str) -> Answer | int:
+        """The frame number a preview request asks for (after it), or the answer refusing it."""
         if self.previews is None:
             return Answer.error(HTTPStatus.NOT_FOUND, "previews are off (http.console.enabled: false)")
         if source not in {s["id"] for s in self.live.snapshot.sources}:
@@ -95,17 +103,21 @@ class Console:
         after = query_number(urlsplit(target).query, "after")
         if after is None or after != int(after):
             return Answer.error(HTTPStatus.BAD_REQUEST, "after: not a frame number")
-        frame = self.previews.wait_frame(source, int(after), PREVIEW_WAIT_S)
-        if frame is None:
-            return Answer(HTTPStatus.NO_CONTENT, b"", None, {"Cache-Control": "no-store"})
-        number, jpeg = frame
-        return Answer(HTTPStatus.OK, jpeg, "image/jpeg", {"X-Frame": str(number), "Cache-Control": "no-store"})
+        return int(after)
 
     def _file(self, name: str) -> bytes:
         data = self._files.get(name)
         if data is None:
             data = self._files[name] = resources.files("framewire.pipeline.ops").joinpath("static", name).read_bytes()
         return data
+
+
+def preview_answer(frame: tuple[int, bytes] | None) -> Answer:
+    """A preview frame as JPEG with its number in `X-Frame`; 204 when none came in time."""
+    if frame is None:
+        return Answer(HTTPStatus.NO_CONTENT, b"", None, {"Cache-Control": "no-store"})
+    number, jpeg = frame
+    return Answer(HTTPStatus.OK, jpeg, "image/jpeg", {"X-Frame": str(number), "Cache-Control": "no-store"})
 
 
 def query_number(query: str, name: str) -> float | None:

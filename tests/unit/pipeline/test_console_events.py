@@ -122,3 +122,28 @@ def test_viewers_that_go_away_leave_no_error_in_the_log(served: Any, caplog: pyt
     loud = [r for r in caplog.records if r.levelno > logging.DEBUG and r.name.startswith(("framewire", "uvicorn", "asyncio"))
             and "watched" not in r.getMessage()]  # fmt: skip
     assert loud == [] and not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in loud]
+
+
+def test_long_polls_hold_no_thread_of_the_pool(served: Any) -> None:
+    """More waiting previews than Starlette's pool has threads (40): a request that needs one of them
+    (/metrics renders on the pool) is still answered while every long poll is waiting."""
+    server, _, _ = served
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    polls = [socket.create_connection(server.address, timeout=5) for _ in range(60)]
+    try:
+        for sock in polls:  # a frame this new never comes: each waits its 2 s
+            sock.sendall(b"GET /console/preview/cam?after=999999 HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n")
+        time.sleep(0.3)  # all of them are in (nothing to wait on that a test could see)
+        conn = http.client.HTTPConnection(*server.address, timeout=10)
+        conn.request("GET", "/metrics")
+        assert conn.getresponse().status == 200
+        for sock in polls:
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still waiting: the answer above did not queue behind
+                sock.recv(1)
+        polls[0].settimeout(10)
+        polls[0].setblocking(True)
+        assert polls[0].recv(64).startswith(b"HTTP/1.1 204 ")  # then each gets its 204
+    finally:
+        for sock in polls:
+            sock.close()
