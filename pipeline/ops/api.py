@@ -5,10 +5,10 @@ Each route takes the methods ROUTES gives it; every other method HTTP defines is
 `Allow` header (OPTIONS: 204 with that header), a method HTTP does not define 501, a path not listed
 404. Before any route runs, a body is refused on its headers: 411 without a Content-Length (chunked),
 413 over MAX_BODY. Every error is JSON, `{"error": "one line"}`, also for a handler that fails (500,
-logged). Handlers that wait briefly (a command for the hub loop, a render of /metrics under its lock) run
-on Starlette's thread pool, so the event loop keeps serving; the long waits (a preview's next
-frame, up to 2 s; an event stream) wait on the loop itself and hold no thread, since the pool has
-40 and every viewer of every source keeps one long poll open.
+logged). A render of /metrics (under its lock) and the files run on Starlette's thread pool, so the event
+loop keeps serving; the waits (a command's answer from the hub loop, a preview's next frame, up to
+2 s; an event stream) are on the loop itself and hold no thread, since the pool has 40 and every
+viewer of every source keeps one long poll open.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Commands(Protocol):
     openapi: Callable[[], bytes] | None
     closing: threading.Event
 
-    def submit(self, action: str, body: Any = None) -> Any: ...
+    async def submit_async(self, action: str, body: Any = None) -> Any: ...
 
     def authorised(self, header: str | None) -> bool: ...
 
@@ -200,8 +200,8 @@ class _Handlers:
             raise Refused(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
 
     async def submit(self, action: str, argument: Any = None) -> Response:
-        """Queue a command for the hub loop and wait for its answer (on a pool thread)."""
-        done = await run_in_threadpool(self.control.submit, action, argument)
+        """Queue a command for the hub loop and wait for its answer."""
+        done = await self.control.submit_async(action, argument)
         return json_answer(done.status, done.reply)
 
     async def sources(self, request: Request) -> Response:

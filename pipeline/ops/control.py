@@ -21,7 +21,7 @@ buster). The control endpoints need `Authorization: Bearer <token>` when `http.t
 The server is uvicorn (its h11 protocol, pipeline.ops.http_protocol) running the Starlette
 application of pipeline.ops.api on an event loop in the `framewire-http` thread. It never touches
 the supervisor's state: a command is queued, the hub loop runs it between two messages and hands
-the answer back (single writer); the request waits for it on a thread of Starlette's pool.
+the answer back (single writer); the request waits for it on the event loop, holding no thread.
 
 Every error is JSON, `{"error": "one line"}`: 404 for a path that is not listed above, 405 with an
 `Allow` header for a method the path does not take (OPTIONS answers 204 with that header), 401 for
@@ -32,6 +32,8 @@ any of it is read, 411 for a body without one (chunked), 501 for a method HTTP d
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
 import logging
 import queue
@@ -69,10 +71,14 @@ class Command:
     status: int = HTTPStatus.OK
     reply: Any = None
     done: threading.Event = field(default_factory=threading.Event)
+    answered: Callable[[], None] | None = None
+    """Called (on the hub's thread) once the answer is in: wakes a request waiting on the event loop."""
 
     def answer(self, status: int, reply: Any) -> None:
         self.status, self.reply = status, reply
         self.done.set()
+        if self.answered is not None:
+            self.answered()
 
 
 class ControlServer:
@@ -141,6 +147,21 @@ class ControlServer:
             command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon did not answer"}
         return command
 
+    async def submit_async(self, action: str, body: Any = None) -> Command:
+        """`submit` for the event loop: the request waits for the hub's answer without a thread."""
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[None] = loop.create_future()
+        command = Command(action, body, answered=functools.partial(_wake, loop, settled))
+        if self.closing.is_set():
+            command.answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "stopping"})
+            return command
+        self.commands.put(command)
+        try:
+            await asyncio.wait_for(settled, COMMAND_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon did not answer"}
+        return command
+
     def authorised(self, header: str | None) -> bool:
         if not self.token:
             return True
@@ -160,6 +181,17 @@ class ControlServer:
                 self.commands.get_nowait().answer(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "stopping"})
             except queue.Empty:
                 return
+
+
+def _wake(loop: asyncio.AbstractEventLoop, settled: asyncio.Future[None]) -> None:
+    def settle() -> None:
+        if not settled.done():
+            settled.set_result(None)
+
+    try:
+        loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the server's loop has closed: nobody waits any more
+        pass
 
 
 def _listen(host: str, port: int) -> socket.socket:
