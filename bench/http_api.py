@@ -10,8 +10,9 @@ for the figures, a poll of `/console/stats` a second (the old page) or one event
 hub's queue) and `GET /metrics` ten times a second each and times the answers. Measured per case:
 their p50 and p99 latency, the server process's CPU (% of one core), previews and figure updates
 delivered a second; and before the viewers come, `GET /livez` back to back on one kept-alive
-connection (where Nagle's algorithm and a delayed ACK can hold a small answer for 40 ms). Cases alternate between the servers so that a change of the machine's load
-hits both; the ratios new/old are within one run.
+connection (where Nagle's algorithm and a delayed ACK can hold a small answer for 40 ms). Cases
+alternate between the servers so that a change of the machine's load hits both; the ratios new/old
+are within one run.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class _Server:
         if tree is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
         script = harness.ROOT / "bench" / "http_server.py"
-        self.proc = subprocess.Popen([sys.executable, str(script), str(sources)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir())  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), str(sources)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=env, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
@@ -210,8 +213,8 @@ def _case(tree: Path | None, viewers: int, args: argparse.Namespace) -> dict[str
 
 def run(args: argparse.Namespace) -> int:
     counts = [int(v) for v in str(args.viewers).split(",") if v.strip()]
-    result: dict[str, Any] = {"machine": harness.machine(), "baseline": args.baseline, "sources": args.sources,
-                              "seconds": args.seconds, "cases": []}  # fmt: skip
+    result: dict[str, Any] = {"machine": harness.machine(), "baseline": args.baseline,
+                              "sources": args.sources, "seconds": args.seconds, "cases": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="framewire-bench-http-") as folder:
         try:
             tree = baseline_tree(args.baseline, Path(folder))
@@ -231,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _table(cases: list[dict[str, Any]]) -> str:
-    keys = ("sources_p50_ms", "sources_p99_ms", "metrics_p50_ms", "metrics_p99_ms", "cpu_pct", "previews_per_s",
-            "updates_per_s", "livez_back_to_back_ms")  # fmt: skip
+    keys = ("sources_p50_ms", "sources_p99_ms", "metrics_p50_ms", "metrics_p99_ms", "cpu_pct",
+            "previews_per_s", "updates_per_s", "livez_back_to_back_ms")  # fmt: skip
     rows = [[c["server"], c["viewers"], *(c.get(k) for k in keys)] for c in cases]
     old = {c["viewers"]: c for c in cases if c["server"] == "threading"}
     for c in cases:

@@ -46,8 +46,9 @@ class _Inputs:
         return self.records
 
     def describe(self, record: _Record) -> dict[str, object]:
-        return {"id": record.source_id, "state": "running", "frames": self.frames[record.source_id], "read": 0,
-                "dropped": 0, "stale": 0, "reconnects": 0, "error": None, "width": 640, "height": 360}  # fmt: skip
+        return {"id": record.source_id, "state": "running", "frames": self.frames[record.source_id],
+                "read": 0, "dropped": 0, "stale": 0, "reconnects": 0, "error": None, "width": 640,
+                "height": 360}  # fmt: skip
 
 
 def _hub(server: ControlServer, live: LiveStats, previews: Previews, pool: FramePool, inputs: _Inputs,

@@ -22,6 +22,9 @@ from framewire.registry import SOURCES
 VERSION = "1"
 """The API's version (its paths and answers); a change that breaks a client raises it."""
 REF = "#/components/schemas/{model}"
+DESCRIPTION = ("The daemon's HTTP API: metrics, health, sources at run time, the console's data. Errors are "
+               '`{"error": "one line"}`. With `http.token` set, the control and data routes need '
+               "`Authorization: Bearer <token>`.")  # fmt: skip
 
 
 class _Answer(BaseModel):
@@ -58,14 +61,14 @@ class SourceList(BaseModel):
 class Removing(_Answer):
     """A DELETE's answer: 202 `removing` (a running source stops reading), 200 `removed` (forgotten)."""
 
-    removing: str | None = Field(None, description="The source that stops reading; its outputs close once done.")
+    removing: str | None = Field(None, description="The source that stops reading; its outputs then close.")
     removed: str | None = Field(None, description="The ended source forgotten, with its metric series.")
 
 
 class Probe(_Answer):
     """A health probe's answer (503 with the same shape when it fails)."""
 
-    live: bool | None = Field(None, description="The hub loop turns (a liveness probe restarts the daemon otherwise).")
+    live: bool | None = Field(None, description="The hub loop turns (else a liveness probe restarts it).")
     ready: bool | None = Field(None, description="Every stage has a worker and the daemon is not stopping.")
     reason: str | None = Field(None, description="Why not ready.")
 
@@ -75,69 +78,78 @@ class Accepted(_Answer):
 
 
 def _json(model: str, description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": {"$ref": REF.format(model=model)}}}}
+    schema = {"$ref": REF.format(model=model)}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_ERRORS = {"401": _json("Error", "Missing or wrong bearer token (http.token)."),
-           "413": _json("Error", "The body is over 1 MiB."), "503": _json("Error", "The daemon is stopping.")}  # fmt: skip
-_TEXT = {"text/plain": {"schema": {"type": "string"}}}
-_FILE = {"description": "The file.", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}  # fmt: skip
+def _content(kind: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description, "content": {kind: {"schema": schema} if schema else {}}}
+
+
+def _param(name: str, where: str = "path", kind: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": where, "required": where == "path", "schema": {"type": kind}}
+
+
+def _op(name: str, summary: str, responses: dict[str, Any], *params: dict[str, Any]) -> dict[str, Any]:
+    operation = {"operationId": name, "summary": summary, "responses": responses}
+    return {**operation, "parameters": list(params)} if params else operation
+
+
+UNAUTHORISED = _json("Error", "Missing or wrong bearer token (http.token).")
+_ERRORS = {"401": UNAUTHORISED, "413": _json("Error", "The body is over 1 MiB."),
+           "503": _json("Error", "The daemon is stopping.")}  # fmt: skip
+_TEXT = _content("text/plain", "The metrics.", {"type": "string"})
+_FILE = _content("application/octet-stream", "The file.", {"type": "string", "format": "binary"})
+_STREAM = _content("text/event-stream", "A stream of `event: stats`.", {"type": "string"})
+_NEW_SOURCE = {"required": True, "content": {"application/json": {"schema": {}}},  # document() fills it
+               "description": "A `sources:` item, chosen by its `kind` (or its uri), validated as the "
+                              "config file's sources are."}  # fmt: skip
+
+
+def _probe(name: str, summary: str) -> dict[str, Any]:
+    return {"get": _op(name, summary, {"200": _json("Probe", "Yes."), "503": _json("Probe", "No.")})}
+
 
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus text format.",
-                         "responses": {"200": {"description": "The metrics.", "content": _TEXT}}}},
-    "/livez": {"get": {"operationId": "livez", "summary": "Liveness: 503 when the hub loop stopped turning.",
-                       "responses": {"200": _json("Probe", "Live."), "503": _json("Probe", "Not live.")}}},
-    "/readyz": {"get": {"operationId": "readyz", "summary": "Readiness: 503 while starting or stopping.",
-                        "responses": {"200": _json("Probe", "Ready."), "503": _json("Probe", "Not ready.")}}},
-    "/healthz": {"get": {"operationId": "healthz", "summary": "Live and ready; 503 unless both.",
-                         "responses": {"200": _json("Probe", "Both."), "503": _json("Probe", "Not both.")}}},
+    "/metrics": {"get": _op("metrics", "Prometheus text format.", {"200": _TEXT})},
+    "/livez": _probe("livez", "Liveness: 503 when the hub loop stopped turning."),
+    "/readyz": _probe("readyz", "Readiness: 503 while starting or stopping."),
+    "/healthz": _probe("healthz", "Live and ready; 503 unless both."),
     "/sources": {
-        "get": {"operationId": "list_sources", "summary": "The sources and their state.",
-                "responses": {"200": _json("SourceList", "The sources."), **_ERRORS}},
-        "post": {"operationId": "add_source", "summary": "Add a source: the keys of a `sources:` item.",
-                 "requestBody": {"required": True, "description": "A `sources:` item, chosen by its `kind` (or "
-                                 "its uri), validated as the config file's sources are.",
-                                 "content": {"application/json": {"schema": {}}}},  # new_source() fills it
-                 "responses": {"201": _json("SourceState", "Added; it opens now."),
-                               "400": _json("Error", "Not JSON, or a source the config would refuse (the key named)."),
-                               "409": _json("Error", "A source of that id exists, or the daemon is stopping."),
-                               **_ERRORS}},
+        "get": _op("list_sources", "The sources and their state.",
+                   {"200": _json("SourceList", "The sources."), **_ERRORS}),
+        "post": {**_op("add_source", "Add a source: the keys of a `sources:` item.", {
+            "201": _json("SourceState", "Added; it opens now."),
+            "400": _json("Error", "Not JSON, or a source the config would refuse (the key named)."),
+            "409": _json("Error", "A source of that id exists, or the daemon is stopping."),
+            **_ERRORS}), "requestBody": _NEW_SOURCE},
     },
-    "/sources/{source_id}": {"delete": {
-        "operationId": "remove_source", "summary": "Stop reading a source; an ended one: forget it.",
-        "parameters": [{"name": "source_id", "in": "path", "required": True, "schema": {"type": "string"}}],
-        "responses": {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
-                      "404": _json("Error", "No such source."), **_ERRORS}}},
-    "/drain": {"post": {"operationId": "drain", "summary": "Stop reading every source, finish what is in flight, exit.",
-                        "responses": {"202": _json("Accepted", "Draining."), **_ERRORS}}},
-    "/stop": {"post": {"operationId": "stop", "summary": "Stop now (frames in flight are not finished).",
-                       "responses": {"202": _json("Accepted", "Stopping."), **_ERRORS}}},
-    "/openapi.json": {"get": {"operationId": "openapi", "summary": "This document.",
-                              "responses": {"200": {"description": "OpenAPI 3.1.", "content": {"application/json": {}}}}}},
-    "/hls/{source_id}/{name}": {"get": {
-        "operationId": "hls_file", "summary": "An hls output's playlist or segment (token: header, ?token= or cookie).",
-        "parameters": [{"name": "source_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                       {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
-                       {"name": "token", "in": "query", "required": False, "schema": {"type": "string"}}],
-        "responses": {"200": _FILE, "404": _json("Error", "No such file."), "401": _ERRORS["401"]}}},
-    "/console/stats": {"get": {
-        "operationId": "console_stats", "summary": "The console's figures, with the chart points after `since`.",
-        "parameters": [{"name": "since", "in": "query", "required": False, "schema": {"type": "number"}}],
-        "responses": {"200": {"description": "The figures.", "content": {"application/json": {}}},
-                      "400": _json("Error", "since is not a time."), "401": _ERRORS["401"]}}},
-    "/console/events": {"get": {
-        "operationId": "console_events", "summary": "The console's figures as server-sent events (`event: stats`).",
-        "parameters": [{"name": "since", "in": "query", "required": False, "schema": {"type": "number"}}],
-        "responses": {"200": {"description": "A stream.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                      "401": _ERRORS["401"]}}},
-    "/console/preview/{source_id}": {"get": {
-        "operationId": "console_preview", "summary": "The next preview JPEG after frame number `after` (204: none yet).",
-        "parameters": [{"name": "source_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                       {"name": "after", "in": "query", "required": False, "schema": {"type": "integer"}}],
-        "responses": {"200": {"description": "A JPEG; its number in X-Frame.", "content": {"image/jpeg": {}}},
-                      "204": {"description": "No newer frame within 2 s."}, "404": _json("Error", "No such source."),
-                      "401": _ERRORS["401"]}}},
+    "/sources/{source_id}": {"delete": _op(
+        "remove_source", "Stop reading a source; an ended one: forget it.",
+        {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
+         "404": _json("Error", "No such source."), **_ERRORS}, _param("source_id"))},
+    "/drain": {"post": _op("drain", "Stop reading every source, finish what is in flight, exit.",
+                           {"202": _json("Accepted", "Draining."), **_ERRORS})},
+    "/stop": {"post": _op("stop", "Stop now (frames in flight are not finished).",
+                          {"202": _json("Accepted", "Stopping."), **_ERRORS})},
+    "/openapi.json": {"get": _op("openapi", "This document.",
+                                 {"200": _content("application/json", "OpenAPI 3.1.")})},
+    "/hls/{source_id}/{name}": {"get": _op(
+        "hls_file", "An hls output's playlist or segment (the token: header, ?token= or cookie).",
+        {"200": _FILE, "404": _json("Error", "No such file."), "401": UNAUTHORISED},
+        _param("source_id"), _param("name"), _param("token", "query"))},
+    "/console/stats": {"get": _op(
+        "console_stats", "The console's figures, with the chart points after `since`.",
+        {"200": _content("application/json", "The figures."), "400": _json("Error", "since is not a time."),
+         "401": UNAUTHORISED}, _param("since", "query", "number"))},
+    "/console/events": {"get": _op(
+        "console_events", "The console's figures as server-sent events.",
+        {"200": _STREAM, "401": UNAUTHORISED}, _param("since", "query", "number"))},
+    "/console/preview/{source_id}": {"get": _op(
+        "console_preview", "The next preview JPEG after frame number `after` (204: none yet).",
+        {"200": _content("image/jpeg", "A JPEG; its number in X-Frame."),
+         "204": {"description": "No newer frame within 2 s."}, "404": _json("Error", "No such source."),
+         "401": UNAUTHORISED}, _param("source_id"), _param("after", "query", "integer"))},
 }  # fmt: skip
 """The operations of each route that carries data (the console's static files are left out)."""
 
@@ -167,10 +179,7 @@ def document() -> dict[str, Any]:
     paths["/sources"]["post"]["requestBody"]["content"]["application/json"]["schema"] = new_source
     return {
         "openapi": "3.1.0",
-        "info": {"title": "framewire", "version": VERSION,
-                 "description": "The daemon's HTTP API: metrics, health, sources at run time, the console's data. "
-                                "Errors are `{\"error\": \"one line\"}`. With `http.token` set, the control and "
-                                "data routes need `Authorization: Bearer <token>`."},
+        "info": {"title": "framewire", "version": VERSION, "description": DESCRIPTION},
         "paths": paths,
         "components": {"schemas": schemas,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},

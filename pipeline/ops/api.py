@@ -73,7 +73,9 @@ class Refused(Exception):
         self.status, self.error, self.headers = status, error, headers or {}
 
 
-def answer(status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None) -> Response:
+def answer(
+    status: int, body: bytes, content_type: str | None, headers: dict[str, str] | None = None
+) -> Response:
     return Response(body, status, headers, content_type)
 
 
@@ -121,7 +123,8 @@ def build(control: Commands) -> Callable[[Scope, Receive, Send], Awaitable[None]
             await json_answer(refused.status, {"error": refused.error}, refused.headers)(scope, receive, send)
         except Exception as exc:  # a bug here must not go unanswered
             log.exception("http: %s %s failed", scope["method"], scope["path"])
-            answer_500 = json_answer(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+            failed = {"error": f"{type(exc).__name__}: {exc}"}
+            answer_500 = json_answer(HTTPStatus.INTERNAL_SERVER_ERROR, failed)
             await answer_500(scope, receive, send)
 
     return app
@@ -143,8 +146,8 @@ def _check_headers(scope: Scope) -> None:
                       {"Connection": "close"})  # fmt: skip
     length = int(headers.get("content-length") or 0)  # h11 refused one that is not a length
     if length > MAX_BODY:
-        raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body of {length} bytes is over the limit of {MAX_BODY}",
-                      {"Connection": "close"})  # fmt: skip
+        too_large = f"the body of {length} bytes is over the limit of {MAX_BODY}"
+        raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, too_large, {"Connection": "close"})
 
 
 def _methods(path: str, methods: tuple[str, ...], handler: Handler) -> Handler:
@@ -190,7 +193,8 @@ class _Handlers:
         async def handle(request: Request) -> Response:
             state = self.control.health()
             ok = all(state.get(k, False) for k in keys)
-            shown = {k: v for k, v in state.items() if k in keys or (k == "reason" and not ok and "ready" in keys)}
+            shown = {k: v for k, v in state.items()
+                     if k in keys or (k == "reason" and not ok and "ready" in keys)}  # fmt: skip
             return json_answer(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, shown)
 
         return handle
@@ -236,7 +240,8 @@ class _Handlers:
 
     def _console(self, request: Request) -> Console:
         if self.control.console is None:
-            raise Refused(HTTPStatus.NOT_FOUND, f"the web console is off (http.console.enabled): {request.url.path}")
+            off = f"the web console is off (http.console.enabled): {request.url.path}"
+            raise Refused(HTTPStatus.NOT_FOUND, off)
         return self.control.console
 
     async def console(self, request: Request) -> Response:
@@ -266,7 +271,8 @@ class _Handlers:
         if since is None:
             raise Refused(HTTPStatus.BAD_REQUEST, "since: not a time (seconds since the epoch)")
         stream = _stream(console, since, self.control.closing)
-        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        headers = {"Cache-Control": "no-store"}
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 async def _json_body(request: Request) -> Any:

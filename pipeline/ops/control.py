@@ -58,6 +58,7 @@ COMMAND_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 """A kept-alive connection idle for this long is closed."""
 START_TIMEOUT_S = 10.0
+NO_ANSWER = {"error": "the daemon did not answer"}
 GRACE_S = 3.0
 """On stop, requests still being answered get this long before they are cancelled."""
 
@@ -144,7 +145,7 @@ class ControlServer:
             return command
         self.commands.put(command)
         if not command.done.wait(COMMAND_TIMEOUT_S):
-            command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon did not answer"}
+            command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, NO_ANSWER
         return command
 
     async def submit_async(self, action: str, body: Any = None) -> Command:
@@ -159,7 +160,7 @@ class ControlServer:
         try:
             await asyncio.wait_for(settled, COMMAND_TIMEOUT_S)
         except asyncio.TimeoutError:
-            command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the daemon did not answer"}
+            command.status, command.reply = HTTPStatus.SERVICE_UNAVAILABLE, NO_ANSWER
         return command
 
     def authorised(self, header: str | None) -> bool:

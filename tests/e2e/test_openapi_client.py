@@ -35,7 +35,8 @@ def _generate(url: str, folder: Path) -> Any:
     generated = subprocess.run(
         [os.path.join(bin_dir, "openapi-python-client"), "generate", "--path", str(document),
          "--output-path", str(folder / "fwclient"), "--meta", "none"],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]},
+        capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]},
     )  # fmt: skip
     assert generated.returncode == 0, generated.stdout + generated.stderr
     assert "Unable to process schema" not in generated.stdout, generated.stdout
@@ -67,14 +68,15 @@ def test_a_generated_client_lists_adds_and_removes_a_source(tmp_path: Path) -> N
     clip = clips.make_clip(tmp_path / "clip.mp4", width=160, height=120, frames=50, fps=25)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_cli(*face_job(tmp_path / "out", clip, "--set", "http.enabled=true", "--set", f"http.port={port}",
-                               "--set", "http.keep_running=true", "--set", "http.token=${FW_TOKEN}"),
-                     env_extra={"FW_TOKEN": TOKEN})  # fmt: skip
+    http = ["--set", "http.enabled=true", "--set", f"http.port={port}", "--set", "http.keep_running=true",
+            "--set", "http.token=${FW_TOKEN}"]  # fmt: skip
+    proc = start_cli(*face_job(tmp_path / "out", clip, *http), env_extra={"FW_TOKEN": TOKEN})
     try:
         _until(lambda: _ready(url), proc)
         fw = _generate(url, tmp_path)
-        from_api = type("Api", (), {name: importlib.import_module(f"fwclient.api.default.{name}")
-                                    for name in ("list_sources", "add_source", "remove_source", "stop")})  # fmt: skip
+        calls = ("list_sources", "add_source", "remove_source", "stop")
+        modules = {name: importlib.import_module(f"fwclient.api.default.{name}") for name in calls}
+        from_api = type("Api", (), modules)
         models = importlib.import_module("fwclient.models")
         client = fw.AuthenticatedClient(base_url=url, token=TOKEN)
 
@@ -87,11 +89,13 @@ def test_a_generated_client_lists_adds_and_removes_a_source(tmp_path: Path) -> N
         refused = from_api.list_sources.sync(client=fw.Client(base_url=url))  # no token
         assert isinstance(refused, models.Error) and refused.error == "missing or wrong bearer token"
 
-        added = from_api.add_source.sync(client=client, body=models.SourceConfig(id="cam2", uri=str(clip), realtime=True))
+        new = models.SourceConfig(id="cam2", uri=str(clip), realtime=True)
+        added = from_api.add_source.sync(client=client, body=new)
         assert isinstance(added, models.SourceState) and added.id == "cam2", added
         assert states()["cam2"] in ("opening", "running")
-        bad = from_api.add_source.sync(client=client, body=models.SourceConfig(id="cam3", uri=str(clip), max_frames=-1))
-        assert isinstance(bad, models.Error) and "max_frames" in bad.error, bad  # the config's own rule, one line
+        wrong = models.SourceConfig(id="cam3", uri=str(clip), max_frames=-1)
+        bad = from_api.add_source.sync(client=client, body=wrong)
+        assert isinstance(bad, models.Error) and "max_frames" in bad.error, bad  # the config's rule, one line
 
         removing = from_api.remove_source.sync_detailed(client=client, source_id="cam2")
         assert removing.status_code == 202 and removing.parsed.removing == "cam2"

@@ -49,7 +49,7 @@ def test_the_body_of_post_sources_is_the_configs_source_schema() -> None:
     body = document()["paths"]["/sources"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     source = document()["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     assert {"id", "uri", "realtime", "policy", "max_frames"} <= set(source["properties"])
-    assert source["additionalProperties"] is False and "id" in source["required"]  # extra="forbid", as the config
+    assert source["additionalProperties"] is False and "id" in source["required"]  # extra="forbid"
 
 
 def test_the_reference_page_names_every_route() -> None:

@@ -27,6 +27,8 @@ from tests.unit.pipeline.test_console import _Inputs
 pytestmark = pytest.mark.timeout(60)
 
 TOKEN = "t0k"
+RESET = b"\x01\x00\x00\x00\x00\x00\x00\x00"
+"""SO_LINGER on, 0 s: the close resets the connection, as a killed tab's may."""
 
 
 @pytest.fixture
@@ -43,7 +45,8 @@ def pool() -> Iterator[FramePool]:
 def served(pool: FramePool) -> Iterator[tuple[ControlServer, LiveStats, Previews]]:
     live, previews = LiveStats(), Previews(encode_jpeg, fps=50.0)
     live.tick(_Inputs(cam="running"), force=True)  # type: ignore[arg-type]
-    server = ControlServer("127.0.0.1", 0, TOKEN, Metrics(), lambda: {"live": True}, console=Console(live, previews))
+    console = Console(live, previews)
+    server = ControlServer("127.0.0.1", 0, TOKEN, Metrics(), lambda: {"live": True}, console=console)
     server.start()
     running = threading.Event()
     running.set()
@@ -100,7 +103,9 @@ def test_the_figures_come_as_server_sent_events_each_with_only_new_chart_points(
     conn.close()
 
 
-def test_viewers_that_go_away_leave_no_error_in_the_log(served: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_viewers_that_go_away_leave_no_error_in_the_log(
+    served: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     server, _, previews = served
     caplog.set_level(logging.DEBUG)
     auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
@@ -111,7 +116,7 @@ def test_viewers_that_go_away_leave_no_error_in_the_log(served: Any, caplog: pyt
             with socket.create_connection(server.address, timeout=5) as sock:
                 sock.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n")
                 time.sleep(wait_s)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # a reset
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
     with socket.create_connection(server.address, timeout=5) as sock:  # a JPEG read halfway
         sock.sendall(b"GET /console/preview/cam?after=0 HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n")
         assert sock.recv(64).startswith(b"HTTP/1.1 200 ")
@@ -119,7 +124,8 @@ def test_viewers_that_go_away_leave_no_error_in_the_log(served: Any, caplog: pyt
     conn = http.client.HTTPConnection(*server.address, timeout=10)  # and the server still answers
     conn.request("GET", "/livez")
     assert conn.getresponse().status == 200
-    loud = [r for r in caplog.records if r.levelno > logging.DEBUG and r.name.startswith(("framewire", "uvicorn", "asyncio"))
+    ours = ("framewire", "uvicorn", "asyncio")
+    loud = [r for r in caplog.records if r.levelno > logging.DEBUG and r.name.startswith(ours)
             and "watched" not in r.getMessage()]  # fmt: skip
     assert loud == [] and not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in loud]
 
