@@ -21,23 +21,16 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from framewire.pipeline.ops import hls
-from framewire.pipeline.ops.console import (
-    EVENTS,
-    PREVIEW,
-    PREVIEW_WAIT_S,
-    STATIC,
-    STATS,
-    Console,
-    preview_answer,
-    query_number,
-)
-from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
+
+from framewire.pipeline.ops import hls
+from framewire.pipeline.ops.console import (EVENTS, PREVIEW, PREVIEW_WAIT_S, STATIC, STATS, Console,
+                                            preview_answer, query_number)  # fmt: skip
+from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger(__name__)
 

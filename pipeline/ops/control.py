@@ -46,6 +46,7 @@ from http import HTTPStatus
 from typing import Any
 
 import uvicorn
+
 from framewire.pipeline.ops import api, hls
 from framewire.pipeline.ops.console import Console
 from framewire.pipeline.ops.http_protocol import JsonH11Protocol
