@@ -15,7 +15,6 @@ from typing import Any
 
 import cv2
 
-from framewire.app import http_api
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
@@ -444,6 +443,12 @@ def _preview(encode: Any, image: Any) -> bytes:
     return bytes(encode(yuv.to_bgr(image)))
 
 
+def _openapi() -> bytes:
+    from framewire.app.http_api import document_bytes  # the HTTP side stays out of the workers' imports
+
+    return document_bytes()
+
+
 def _http(config: Config) -> HttpSettings | None:
     h = config.http
     if not h.enabled:
@@ -453,7 +458,7 @@ def _http(config: Config) -> HttpSettings | None:
     return HttpSettings(host=h.host, port=h.port, token=h.token, keep_running=h.keep_running, console=c.enabled,
                         encode_preview=functools.partial(_preview, jpeg_encoder(c.preview_width, c.jpeg_quality))
                         if c.enabled else None,
-                        preview_fps=c.preview_fps, hls=hls, openapi=http_api.document_bytes)  # fmt: skip
+                        preview_fps=c.preview_fps, hls=hls, openapi=_openapi)  # fmt: skip
 
 
 def resume_targets(config: Config, source_id: str) -> ResumeTargets:
