@@ -45,16 +45,12 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-import uvicorn
-
-from framewire.pipeline.ops import api, hls
+from framewire.pipeline.ops import hls
 from framewire.pipeline.ops.console import Console
-from framewire.pipeline.ops.http_protocol import JsonH11Protocol
 from framewire.pipeline.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = api.MAX_BODY
 COMMAND_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 """A kept-alive connection idle for this long is closed."""
@@ -99,6 +95,12 @@ class ControlServer:
         hls_folders: tuple[str, ...] = (),
         openapi: Callable[[], bytes] | None = None,
     ) -> None:
+        # uvicorn and Starlette are imported by a job that serves HTTP only (every job imports this)
+        import uvicorn
+
+        from framewire.pipeline.ops import api
+        from framewire.pipeline.ops.http_protocol import JsonH11Protocol
+
         self.metrics = metrics
         self.console = console
         self.hls = hls.HlsFiles(hls_folders, token)

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from framewire.pipeline.ops.metrics import Metrics
-from framewire.pipeline.ops.control import MAX_BODY, ControlServer
+from framewire.pipeline.ops.api import MAX_BODY
+from framewire.pipeline.ops.control import ControlServer
 
 pytestmark = pytest.mark.timeout(60)
 
