@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "latency": ("bench.latency", "a live RTSP source faster than the model: latency, drops, per policy"),
     "cascade": ("bench.cascade", "a cascade's crops batched against one call each; tracking.interval against none"),
     "models": ("bench.models", "each real model against its own package's pipeline; tracking ids against the reference"),
+    "http": ("bench.http_api", "the HTTP API under console viewers: latency and CPU, uvicorn against the old server"),
     "console": ("bench.console", "the web console's previews: the hub's cost per frame with no viewer and one, the encoder's"),
     "triton": ("bench.triton", "ONNX Runtime in the daemon against a Triton server: over gRPC and shared memory"),
     "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),

@@ -425,6 +425,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/configuration.md": configuration,
     "reference/cli.md": command_line,
     "reference/api.md": python_api,
+    "reference/openapi.json": lambda: importlib.import_module("framewire.app.http_api").document_bytes().decode(),
 }
 """The generated pages, by their path under docs/."""
 

@@ -89,6 +89,8 @@ class HttpSettings:
     """The most previews a second a watched source is encoded at."""
     hls: tuple[str, ...] = ()
     """The folder templates (`{source_id}`) of the hls outputs, served at /hls/<source_id>/."""
+    openapi: Callable[[], bytes] | None = None
+    """Makes the API's OpenAPI document, served at /openapi.json (app.http_api: built from the models)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ removes sources through the control API.
     GET /console/stats?since=T     each source's state, counts, fps and latency p50/p99 over the last
                                    seconds, and their history for the charts (ops.live): the last
                                    three minutes, or only the points after time T
+    GET /console/events?since=T    the same figures as server-sent events (`event: stats`), one each
+                                   time the hub publishes a new snapshot (twice a second), each with
+                                   only the chart points not sent yet: what the page reads
     GET /console/preview/<id>?after=N
                                    the source's next preview frame as JPEG once there is one newer
                                    than number N (its number in `X-Frame`); 204 after a while
@@ -22,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from importlib import resources
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from framewire.pipeline.ops.live import LiveStats
@@ -36,13 +40,9 @@ STATIC = {
 }
 """Path -> (file in the package's `static` folder, content type)."""
 STATS = "/console/stats"
+EVENTS = "/console/events"
 PREVIEW = "/console/preview/"
 PREVIEW_WAIT_S = 2.0
-
-
-def console_route(route: str) -> bool:
-    """Whether `route` is one of the console's paths (they take GET and HEAD)."""
-    return route in STATIC or route == STATS or (route.startswith(PREVIEW) and "/" not in route[len(PREVIEW):])
 
 
 @dataclass
@@ -75,27 +75,35 @@ class Console:
         if not authorised:
             return Answer.error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         if route == STATS:
-            since = _number(target, "since")
+            since = query_number(urlsplit(target).query, "since")
             if since is None:
                 return Answer.error(HTTPStatus.BAD_REQUEST, "since: not a time (seconds since the epoch)")
-            snapshot = self.live.snapshot.to_json(since)
-            snapshot["previews"] = self.previews is not None
-            return Answer(HTTPStatus.OK, json.dumps(snapshot).encode(), headers={"Cache-Control": "no-store"})
+            return Answer(HTTPStatus.OK, json.dumps(self.stats(since)).encode(), headers={"Cache-Control": "no-store"})
         return self._preview(route[len(PREVIEW):], target)
 
+    def stats(self, since: float) -> dict[str, Any]:
+        """The latest figures, with the chart points after `since` only."""
+        snapshot = self.live.snapshot.to_json(since)
+        snapshot["previews"] = self.previews is not None
+        return snapshot
+
     def _preview(self, source: str, target: str) -> Answer:
+        asked = self.preview_asked(source, target)
+        if isinstance(asked, Answer):
+            return asked
+        assert self.previews is not None
+        return preview_answer(self.previews.wait_frame(source, asked, PREVIEW_WAIT_S))
+
+    def preview_asked(self, source: str, target: str) -> Answer | int:
+        """The frame number a preview request asks for (after it), or the answer refusing it."""
         if self.previews is None:
             return Answer.error(HTTPStatus.NOT_FOUND, "previews are off (http.console.enabled: false)")
         if source not in {s["id"] for s in self.live.snapshot.sources}:
             return Answer.error(HTTPStatus.NOT_FOUND, f"no source {source!r}")
-        after = _number(target, "after")
+        after = query_number(urlsplit(target).query, "after")
         if after is None or after != int(after):
             return Answer.error(HTTPStatus.BAD_REQUEST, "after: not a frame number")
-        frame = self.previews.wait_frame(source, int(after), PREVIEW_WAIT_S)
-        if frame is None:
-            return Answer(HTTPStatus.NO_CONTENT, b"", None, {"Cache-Control": "no-store"})
-        number, jpeg = frame
-        return Answer(HTTPStatus.OK, jpeg, "image/jpeg", {"X-Frame": str(number), "Cache-Control": "no-store"})
+        return int(after)
 
     def _file(self, name: str) -> bytes:
         data = self._files.get(name)
@@ -104,9 +112,17 @@ class Console:
         return data
 
 
-def _number(target: str, name: str) -> float | None:
-    """Query parameter `name` of `target` as a number (0 when absent), None when it is not one."""
-    values = parse_qs(urlsplit(target).query).get(name)
+def preview_answer(frame: tuple[int, bytes] | None) -> Answer:
+    """A preview frame as JPEG with its number in `X-Frame`; 204 when none came in time."""
+    if frame is None:
+        return Answer(HTTPStatus.NO_CONTENT, b"", None, {"Cache-Control": "no-store"})
+    number, jpeg = frame
+    return Answer(HTTPStatus.OK, jpeg, "image/jpeg", {"X-Frame": str(number), "Cache-Control": "no-store"})
+
+
+def query_number(query: str, name: str) -> float | None:
+    """Query parameter `name` as a finite number (0 when absent), None when it is not one."""
+    values = parse_qs(query).get(name)
     if not values:
         return 0.0
     try:

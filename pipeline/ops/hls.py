@@ -1,5 +1,5 @@
 """`GET /hls/<source_id>/<file>`: the playlists and segments the hls outputs write, served by the
-daemon's HTTP server (pipeline.ops.control) under the API's token rules.
+daemon's HTTP server (pipeline.ops.api routes /hls/{source_id}/{name} here) under the API's token rules.
 
 A browser's `<video src=...>` cannot send an `Authorization` header, so with `http.token` set the
 token may also come as `?token=<token>` (then the playlist is served with that query added to each
@@ -25,12 +25,6 @@ PREFIX = "/hls/"
 COOKIE = "framewire_token"
 _FILE = re.compile(r"^(?:[A-Za-z0-9_-]+\.m3u8|seg\d{5,}\.ts)$")
 _TYPES = {".m3u8": "application/vnd.apple.mpegurl", ".ts": "video/mp2t"}
-
-
-def is_route(route: str) -> bool:
-    """A path of the form /hls/<source_id>/<file> (anything more or less is not one)."""
-    parts = route[len(PREFIX):].split("/") if route.startswith(PREFIX) else []
-    return len(parts) == 2 and all(parts)
 
 
 @dataclass(frozen=True)

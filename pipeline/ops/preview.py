@@ -17,6 +17,7 @@ closes the requests stop and so does the encoding. Counted: `framewire_preview_f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -52,6 +53,8 @@ class _Watched:
     stale_upto: int = 0
     """Frames up to this number were made before the lease last lapsed: too old to show."""
     ready: threading.Condition = field(default_factory=threading.Condition)
+    waiting: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
+    """Requests waiting on an event loop (`next_frame`), woken with the next frame."""
 
 
 class Previews:
@@ -135,6 +138,32 @@ class Previews:
                 watched.until = max(watched.until, time.monotonic() + self.lease_s)
             return watched.number, watched.jpeg
 
+    async def next_frame(self, source: str, after: int, timeout: float = WAIT_S) -> tuple[int, bytes] | None:
+        """`wait_frame` for an event loop: the same answer, waited for without holding a thread (so
+        a hundred viewers' long polls take no thread of the server's pool)."""
+        watched = self.watch(source)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            with watched.ready:
+                if watched.number > max(after, watched.stale_upto):
+                    return watched.number, watched.jpeg
+                woken: asyncio.Future[None] = loop.create_future()
+                watched.waiting.append((loop, woken))
+            left = deadline - loop.time()
+            try:
+                if left > 0:
+                    await asyncio.wait_for(woken, min(left, self.lease_s / 2))
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                with watched.ready:
+                    if (loop, woken) in watched.waiting:
+                        watched.waiting.remove((loop, woken))
+            if left <= 0:
+                return None
+            watched.until = max(watched.until, time.monotonic() + self.lease_s)
+
     def watching(self) -> list[str]:
         """The sources watched now."""
         now = time.monotonic()
@@ -173,8 +202,15 @@ class Previews:
             watched.number += 1
             watched.jpeg = jpeg
             watched.ready.notify_all()
+            for loop, woken in watched.waiting:
+                loop.call_soon_threadsafe(_wake, woken)
+            watched.waiting.clear()
         self.encoded += 1
         if self.metrics is not None:
             self.metrics.inc("framewire_preview_frames_total", source=source)
             self.metrics.inc("framewire_preview_encode_seconds_total", spent, source=source)
 
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # a request that timed out or went away meanwhile
+        woken.set_result(None)

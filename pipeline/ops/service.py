@@ -91,7 +91,8 @@ class Operations:
                 self.previews = Previews(http.encode_preview, http.preview_fps, metrics)
             console = Console(live or LiveStats(), self.previews)
         try:
-            self.server = ControlServer(http.host, http.port, http.token, metrics, health, console=console, hls_folders=http.hls)
+            self.server = ControlServer(http.host, http.port, http.token, metrics, health, console=console,
+                                        hls_folders=http.hls, openapi=http.openapi)
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         forgetting = self._forgetting(forget)

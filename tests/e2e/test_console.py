@@ -1,7 +1,8 @@
 """The web console in a real Chromium (Debian's, driven by playwright), against the daemon started
-through the CLI: the sources listed with a live rate, previews that move, a source added and
-removed from the page, a clean browser console; nothing encoded before anyone watches; with a
-token set, the page asks for it."""
+through the CLI: the sources listed with a live rate (server-sent events), previews that move, a
+source added (with more keys) and removed from the page, a clean browser console, and a clean
+daemon log once the tab closes; nothing encoded before anyone watches; with a token set, the page
+says it waits for it and asks for it."""
 
 from __future__ import annotations
 
@@ -78,14 +79,15 @@ def _daemon(tmp: Path, port: int, clip: Path, *extra: str, env: dict[str, str] |
                      env_extra=env)  # fmt: skip
 
 
-def _stop(proc: subprocess.Popen[str], url: str, token: str | None = None) -> None:
+def _stop(proc: subprocess.Popen[str], url: str, token: str | None = None) -> str:
+    """Stop the daemon; its log (stderr)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         urllib.request.urlopen(urllib.request.Request(url + "/stop", method="POST", headers=headers), timeout=10)
     except OSError:
         pass
     try:
-        proc.communicate(timeout=30)
+        return proc.communicate(timeout=30)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -138,13 +140,39 @@ def test_the_console_lists_sources_plays_previews_and_adds_one(tmp_path: Path, b
         _until(lambda: {s["id"]: s["state"] for s in stats()["sources"]}.get("cam2", "ended") in ("draining", "ended"),
                proc, timeout=20)
         page.wait_for_function("() => document.querySelector('article[data-source=cam1] canvas.chart-fps').width > 0")
-        page.close()
-        assert problems == []
+        _add_with_more_keys(page, clip)
+        page.close()  # the tab closes while its preview request and its event stream are open
+        refused = "error: Failed to load resource: the server responded with a status of 400 (Bad Request)"
+        assert [p for p in problems if p != refused] == [] and problems.count(refused) == 1  # the wrong key
         # The page gone, its lease lapses (3 s) and the encoding stops while cam1 still runs.
         _until(lambda: _encoding_stopped(url, "cam1"), proc, timeout=20)
         assert {s["id"]: s["state"] for s in stats()["sources"]}["cam1"] == "running"
     finally:
-        _stop(proc, url)
+        log = _stop(proc, url)
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]  # a viewer leaving is no error
+
+
+def _add_with_more_keys(page: Any, clip: Path) -> None:
+    """The add form's keys (realtime, policy) and more keys as JSON reach POST /sources, whose rules
+    refuse a wrong key in one line; a source that ended shows its last frame or an "ended" panel."""
+    page.fill("#add-id", "cam3")
+    page.fill("#add-uri", str(clip))
+    page.fill("#add-more", '{"nope": 1}')
+    page.click("#add-form button[type=submit]")
+    page.wait_for_function("() => document.querySelector('#add-error').textContent.includes('nope')")
+    page.check("#add-realtime")
+    page.select_option("#add-policy", "block")
+    page.fill("#add-more", '{"max_frames": 5}')
+    with page.expect_request(lambda r: r.url.endswith("/sources") and r.method == "POST") as sent:
+        page.click("#add-form button[type=submit]")
+    assert json.loads(sent.value.post_data) == {"id": "cam3", "uri": str(clip), "realtime": True, "policy": "block",
+                                                "max_frames": 5}  # fmt: skip
+    page.wait_for_function("() => document.querySelector('article[data-source=cam3] .state')?.textContent === 'ended'")
+    assert page.locator("article[data-source=cam3] [data-field=frames]").text_content() == "5"
+    page.wait_for_function("() => { const c = document.querySelector('article[data-source=cam3]');"
+                           " const img = c.querySelector('img.preview'), panel = c.querySelector('.panel');"
+                           " return (!img.hidden && img.naturalWidth > 0 && panel.hidden)"
+                           " || (img.hidden && !panel.hidden && panel.textContent === 'ended'); }")  # fmt: skip
 
 
 def test_with_a_token_the_page_asks_for_it(tmp_path: Path, browser: Any) -> None:
@@ -159,6 +187,7 @@ def test_with_a_token_the_page_asks_for_it(tmp_path: Path, browser: Any) -> None
         page.goto(url + "/")
         page.locator("#token-form").wait_for()
         assert page.locator("#console").is_hidden() and page.locator("article").count() == 0
+        assert page.locator("#status").text_content() == "waiting for the token (http.token)"
         page.fill("#token", "wrong")
         page.click("#token-form button[type=submit]")
         page.wait_for_function("() => document.querySelector('#token-error').textContent.includes('refused')")

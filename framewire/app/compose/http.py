@@ -29,7 +29,14 @@ def http_settings(config: Config) -> HttpSettings | None:
         encode_preview=encode,
         preview_fps=c.preview_fps,
         hls=hls,
+        openapi=_openapi,
     )
+
+
+def _openapi() -> bytes:
+    from framewire.app.http_api import document_bytes  # the HTTP side stays out of the workers' imports
+
+    return document_bytes()
 
 
 def _preview(encode: Any, image: Any) -> bytes:

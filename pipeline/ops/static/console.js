@@ -1,14 +1,17 @@
-// framewire's web console: polls /console/stats, long-polls each source's preview, adds and removes
+// framewire's web console: reads its figures from /console/events (server-sent events, read with
+// fetch so that the token goes in a header), long-polls each source's preview, adds and removes
 // sources through the control API. Plain JavaScript and canvas; no library, no build step.
 "use strict";
 
 const TOKEN_KEY = "framewire.token";
-const POLL_MS = 1000;
+const RETRY_MS = 1000;
+const ENDED = ["ended", "failed"];
 const cards = new Map(); // source id -> {root, fields, charts, preview}
 const history = new Map(); // source id -> [[time, fps, p50, p99], ...], the last HISTORY points
 const HISTORY = 180;
 let previewsOn = false;
-let since = 0; // the newest chart point held: the next poll asks only for newer ones
+let since = 0; // the newest chart point held: a new stream asks only for newer ones
+let stream = null; // the AbortController of the event stream being read
 
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
@@ -25,6 +28,7 @@ async function api(path, options = {}) {
 }
 
 function askToken(message) {
+  document.getElementById("status").textContent = "waiting for the token (http.token)";
   document.getElementById("console").hidden = true;
   document.getElementById("token-form").hidden = false;
   document.getElementById("token-error").textContent = message;
@@ -52,15 +56,18 @@ function makeCard(id) {
   const remove = el("button", { type: "button", class: "remove" }, "Remove");
   remove.addEventListener("click", () => removeSource(id, card));
   const problem = el("div", { class: "problem" });
-  const preview = el("img", { class: "preview", alt: "preview of " + id });
+  const preview = el("img", { class: "preview", alt: "preview of " + id, hidden: "" });
+  const panel = el("div", { class: "preview panel" }, "waiting for a frame");
   const fpsChart = el("canvas", { class: "chart-fps" });
   const latencyChart = el("canvas", { class: "chart-latency" });
   const charts = el("div", { class: "charts" },
     el("figure", {}, fpsChart, el("figcaption", {}, "fps")),
     el("figure", {}, latencyChart, el("figcaption", {}, "latency ms: p50 (blue), p99 (red)")));
   const root = el("article", { class: "source", "data-source": id },
-    el("h2", {}, el("span", { class: "id" }, id), fields.state, remove), preview, numbers, charts, problem);
-  const card = { root, fields, remove, problem, preview, fpsChart, latencyChart, frame: 0, watching: false, gone: false };
+    el("h2", {}, el("span", { class: "id" }, id), fields.state, remove), preview, panel, numbers, charts,
+    problem);
+  const card = { root, fields, remove, problem, preview, panel, fpsChart, latencyChart, frame: 0, watching: false,
+                 gone: false, ended: false };
   document.getElementById("sources").append(root);
   return card;
 }
@@ -80,8 +87,13 @@ function update(card, source, history) {
   const points = history || [];
   drawChart(card.fpsChart, points, [[1, "#1f6feb"]]);
   drawChart(card.latencyChart, points, [[2, "#1f6feb"], [3, "#cf222e"]]);
-  card.preview.hidden = !previewsOn;
-  if (previewsOn && !card.watching) watch(card, source.id);
+  // An ended source keeps its last frame; one that never showed a frame gets a plain panel, never
+  // an image without a picture (a broken-image icon with its alt text).
+  card.ended = ENDED.includes(source.state);
+  card.preview.hidden = !previewsOn || card.frame === 0;
+  card.panel.hidden = !previewsOn || card.frame > 0;
+  card.panel.textContent = card.ended ? source.state : "waiting for a frame";
+  if (previewsOn && !card.watching && !card.ended) watch(card, source.id);
 }
 
 function drawChart(canvas, points, series) {
@@ -117,7 +129,7 @@ function drawChart(canvas, points, series) {
 // requests are what keeps the daemon encoding, so a hidden tab or a removed card stops them.
 async function watch(card, id) {
   card.watching = true;
-  while (!card.gone && previewsOn) {
+  while (!card.gone && previewsOn && !card.ended) {
     if (document.visibilityState === "hidden") { await sleep(500); continue; }
     try {
       const response = await api("/console/preview/" + encodeURIComponent(id) + "?after=" + card.frame);
@@ -126,6 +138,8 @@ async function watch(card, id) {
         const url = URL.createObjectURL(await response.blob());
         const old = card.preview.src;
         card.preview.src = url;
+        card.preview.hidden = false;
+        card.panel.hidden = true;
         if (old.startsWith("blob:")) URL.revokeObjectURL(old);
       } else if (response.status !== 204) {
         await sleep(1000);
@@ -139,16 +153,39 @@ async function watch(card, id) {
 
 function sleep(ms) { return new Promise((resolve) => setTimeout(resolve, ms)); }
 
-async function refresh() {
-  let data;
-  try {
-    const response = await api("/console/stats?since=" + since);
-    if (!response.ok) throw new Error("status " + response.status);
-    data = await response.json();
-  } catch (error) {
-    if (error.message !== "unauthorised") document.getElementById("status").textContent = "not answering";
-    return;
+// One stream at a time: each `stats` event is a new snapshot with the chart points not sent yet.
+// A stream that ends (the daemon restarted, a proxy closed it) is opened again after a moment.
+async function listen() {
+  if (stream) stream.abort();
+  const mine = stream = new AbortController();
+  while (stream === mine) {
+    try {
+      const response = await api("/console/events?since=" + since, { signal: mine.signal });
+      if (!response.ok) throw new Error("status " + response.status);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const lines = buffer.slice(0, cut).split("\n");
+          buffer = buffer.slice(cut + 2);
+          const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+          if (data) show(JSON.parse(data));
+        }
+      }
+      throw new Error("the stream ended");
+    } catch (error) {
+      if (stream !== mine || error.message === "unauthorised") return; // replaced, or waiting for the token
+      document.getElementById("status").textContent = "not answering";
+    }
+    await sleep(RETRY_MS);
   }
+}
+
+function show(data) {
   document.getElementById("token-form").hidden = true;
   document.getElementById("console").hidden = false;
   previewsOn = data.previews;
@@ -179,27 +216,42 @@ async function removeSource(id, card) {
     const body = await response.json();
     card.problem.textContent = response.ok ? "" : body.error;
   } catch (error) { /* asked for the token */ }
-  refresh();
+}
+
+// The form's keys, and any other key of a `sources:` item as JSON: the daemon validates the whole
+// item by the config's rules (POST /sources) and its one-line error is shown as it comes.
+function newSource() {
+  const body = { id: document.getElementById("add-id").value.trim(), uri: document.getElementById("add-uri").value.trim() };
+  if (document.getElementById("add-realtime").checked) body.realtime = true;
+  const policy = document.getElementById("add-policy").value;
+  if (policy) body.policy = policy;
+  const more = document.getElementById("add-more").value.trim();
+  if (more) {
+    let extra;
+    try { extra = JSON.parse(more); } catch (error) { throw new Error("more keys: not JSON: " + error.message); }
+    if (extra === null || typeof extra !== "object" || Array.isArray(extra)) throw new Error("more keys: a JSON object, e.g. {\"max_frames\": 100}");
+    Object.assign(body, extra);
+  }
+  return body;
 }
 
 document.getElementById("add-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const out = document.getElementById("add-error");
-  const body = { id: document.getElementById("add-id").value.trim(), uri: document.getElementById("add-uri").value.trim() };
+  let body;
+  try { body = newSource(); } catch (error) { out.textContent = error.message; return; }
   try {
     const response = await api("/sources", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
     const answer = await response.json();
     out.textContent = response.ok ? "" : answer.error;
-    if (response.ok) { document.getElementById("add-id").value = ""; document.getElementById("add-uri").value = ""; }
+    if (response.ok) document.getElementById("add-form").reset();
   } catch (error) { /* asked for the token */ }
-  refresh();
 });
 
 document.getElementById("token-form").addEventListener("submit", (event) => {
   event.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value);
-  refresh();
+  listen();
 });
 
-refresh();
-setInterval(refresh, POLL_MS);
+listen();

@@ -1,0 +1,193 @@
+"""The HTTP API's OpenAPI document, built from the models: the config's own source models for the
+body of POST /sources, and the models below for the answers.
+
+It lives here, not in pipeline/ (which knows no config schema and no pydantic): compose hands the
+document to the server as bytes, served at /openapi.json, and `make docs` writes it into the site
+(docs/gen_reference.py). Every route of pipeline.ops.api.ROUTES has its operations in OPERATIONS;
+tests/unit/app/test_http_api.py fails when one is missing, so the document cannot fall behind.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from framewire.config.kinds import config_model
+from framewire.pipeline.ops.api import ROUTES
+from framewire.registry import SOURCES
+
+VERSION = "1"
+"""The API's version (its paths and answers); a change that breaks a client raises it."""
+REF = "#/components/schemas/{model}"
+DESCRIPTION = ("The daemon's HTTP API: metrics, health, sources at run time, the console's data. Errors are "
+               '`{"error": "one line"}`. With `http.token` set, the control and data routes need '
+               "`Authorization: Bearer <token>`.")  # fmt: skip
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Error(BaseModel):
+    """Every error: one line that names the key, the source or the limit."""
+
+    error: str = Field(description="What was refused and why, in one line.")
+
+
+class SourceState(_Answer):
+    """A source as `GET /sources` lists it (ended and failed ones too, until removed)."""
+
+    id: str = Field(description="The source's id.")
+    state: str = Field(description="opening, running, draining, ended or failed.")
+    frames: int = Field(description="Frames that came out of every output.")
+    read: int | None = Field(description="Frames read from the source.")
+    dropped: int = Field(description="Frames dropped by the source's policy.")
+    stale: int = Field(description="Frames dropped as older than max_staleness_ms.")
+    reconnects: int = Field(description="Times a live source was opened again.")
+    error: str | None = Field(description="Why it failed, when it did.")
+    width: int | None = Field(description="The frame's width, once the source is open.")
+    height: int | None = Field(description="The frame's height, once the source is open.")
+
+
+class SourceList(BaseModel):
+    """The job's sources (on a fleet's replica: the whole fleet's)."""
+
+    sources: list[SourceState] = Field(description="Every source, in the order they were added.")
+
+
+class Removing(_Answer):
+    """A DELETE's answer: 202 `removing` (a running source stops reading), 200 `removed` (forgotten)."""
+
+    removing: str | None = Field(None, description="The source that stops reading; its outputs then close.")
+    removed: str | None = Field(None, description="The ended source forgotten, with its metric series.")
+
+
+class Probe(_Answer):
+    """A health probe's answer (503 with the same shape when it fails)."""
+
+    live: bool | None = Field(None, description="The hub loop turns (else a liveness probe restarts it).")
+    ready: bool | None = Field(None, description="Every stage has a worker and the daemon is not stopping.")
+    reason: str | None = Field(None, description="Why not ready.")
+
+
+class Accepted(_Answer):
+    """`{"drain": true}` or `{"stop": true}`: the daemon stops reading and exits."""
+
+
+def _json(model: str, description: str) -> dict[str, Any]:
+    schema = {"$ref": REF.format(model=model)}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _content(kind: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description, "content": {kind: {"schema": schema} if schema else {}}}
+
+
+def _param(name: str, where: str = "path", kind: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": where, "required": where == "path", "schema": {"type": kind}}
+
+
+def _op(name: str, summary: str, responses: dict[str, Any], *params: dict[str, Any]) -> dict[str, Any]:
+    operation = {"operationId": name, "summary": summary, "responses": responses}
+    return {**operation, "parameters": list(params)} if params else operation
+
+
+UNAUTHORISED = _json("Error", "Missing or wrong bearer token (http.token).")
+_ERRORS = {"401": UNAUTHORISED, "413": _json("Error", "The body is over 1 MiB."),
+           "503": _json("Error", "The daemon is stopping.")}  # fmt: skip
+_TEXT = _content("text/plain", "The metrics.", {"type": "string"})
+_FILE = _content("application/octet-stream", "The file.", {"type": "string", "format": "binary"})
+_STREAM = _content("text/event-stream", "A stream of `event: stats`.", {"type": "string"})
+_NEW_SOURCE = {"required": True, "content": {"application/json": {"schema": {}}},  # document() fills it
+               "description": "A `sources:` item, chosen by its `kind` (or its uri), validated as the "
+                              "config file's sources are."}  # fmt: skip
+
+
+def _probe(name: str, summary: str) -> dict[str, Any]:
+    return {"get": _op(name, summary, {"200": _json("Probe", "Yes."), "503": _json("Probe", "No.")})}
+
+
+OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "/metrics": {"get": _op("metrics", "Prometheus text format.", {"200": _TEXT})},
+    "/livez": _probe("livez", "Liveness: 503 when the hub loop stopped turning."),
+    "/readyz": _probe("readyz", "Readiness: 503 while starting or stopping."),
+    "/healthz": _probe("healthz", "Live and ready; 503 unless both."),
+    "/sources": {
+        "get": _op("list_sources", "The sources and their state.",
+                   {"200": _json("SourceList", "The sources."), **_ERRORS}),
+        "post": {**_op("add_source", "Add a source: the keys of a `sources:` item.", {
+            "201": _json("SourceState", "Added; it opens now."),
+            "400": _json("Error", "Not JSON, or a source the config would refuse (the key named)."),
+            "409": _json("Error", "A source of that id exists, or the daemon is stopping."),
+            **_ERRORS}), "requestBody": _NEW_SOURCE},
+    },
+    "/sources/{source_id}": {"delete": _op(
+        "remove_source", "Stop reading a source; an ended one: forget it.",
+        {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
+         "404": _json("Error", "No such source."), **_ERRORS}, _param("source_id"))},
+    "/drain": {"post": _op("drain", "Stop reading every source, finish what is in flight, exit.",
+                           {"202": _json("Accepted", "Draining."), **_ERRORS})},
+    "/stop": {"post": _op("stop", "Stop now (frames in flight are not finished).",
+                          {"202": _json("Accepted", "Stopping."), **_ERRORS})},
+    "/openapi.json": {"get": _op("openapi", "This document.",
+                                 {"200": _content("application/json", "OpenAPI 3.1.")})},
+    "/hls/{source_id}/{name}": {"get": _op(
+        "hls_file", "An hls output's playlist or segment (the token: header, ?token= or cookie).",
+        {"200": _FILE, "404": _json("Error", "No such file."), "401": UNAUTHORISED},
+        _param("source_id"), _param("name"), _param("token", "query"))},
+    "/console/stats": {"get": _op(
+        "console_stats", "The console's figures, with the chart points after `since`.",
+        {"200": _content("application/json", "The figures."), "400": _json("Error", "since is not a time."),
+         "401": UNAUTHORISED}, _param("since", "query", "number"))},
+    "/console/events": {"get": _op(
+        "console_events", "The console's figures as server-sent events.",
+        {"200": _STREAM, "401": UNAUTHORISED}, _param("since", "query", "number"))},
+    "/console/preview/{source_id}": {"get": _op(
+        "console_preview", "The next preview JPEG after frame number `after` (204: none yet).",
+        {"200": _content("image/jpeg", "A JPEG; its number in X-Frame."),
+         "204": {"description": "No newer frame within 2 s."}, "404": _json("Error", "No such source."),
+         "401": UNAUTHORISED}, _param("source_id"), _param("after", "query", "integer"))},
+}  # fmt: skip
+"""The operations of each route that carries data (the console's static files are left out)."""
+
+
+def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every model's JSON schema, and that of POST /sources' body: any kind of source the registry has."""
+    schemas: dict[str, Any] = {}
+    kinds = []
+    for kind in SOURCES.names():
+        model = config_model(SOURCES, kind)
+        schema = model.model_json_schema(ref_template=REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+        if {"$ref": REF.format(model=model.__name__)} not in kinds:
+            kinds.append({"$ref": REF.format(model=model.__name__)})
+    for model in (Error, SourceState, SourceList, Removing, Probe, Accepted):
+        schema = model.model_json_schema(ref_template=REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return schemas, kinds[0] if len(kinds) == 1 else {"anyOf": kinds}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API."""
+    schemas, new_source = _schemas()
+    paths = json.loads(json.dumps({path: OPERATIONS[path] for path in ROUTES if path in OPERATIONS}))
+    paths["/sources"]["post"]["requestBody"]["content"]["application/json"]["schema"] = new_source
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "framewire", "version": VERSION, "description": DESCRIPTION},
+        "paths": paths,
+        "components": {"schemas": schemas,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{}, {"bearer": []}],
+    }  # fmt: skip
+
+
+@cache
+def document_bytes() -> bytes:
+    """The document as served (built once, on the first request)."""
+    return json.dumps(document(), indent=1).encode()
