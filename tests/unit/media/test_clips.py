@@ -51,8 +51,8 @@ def run(cutter: ClipCutter, feed: Feed, events: list[float], until: float, lag: 
     while t <= until:
         feed.until(t + lag)
         closed += cutter.packets_arrived()
-        for e in [e for e in events if t - 0.04 < e <= t]:
-            cutter.event(e, e)
+        while events and events[0] <= t:
+            cutter.event(events[0], events.pop(0))
         closed += cutter.frame(t)
         t = round(t + 0.04, 2)
     return closed + cutter.end()
