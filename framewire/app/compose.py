@@ -17,6 +17,7 @@ import cv2
 
 from framewire.app.audio_plan import audio_need, audio_rate, build_steps, check_audio
 from framewire.app.io_check import check_io
+from framewire.app.recordings import check_recordings, tap_spec
 from framewire.app.preload import PRELOAD
 from framewire.engines.base import Engine
 from framewire.engines.batch_rewrite import with_batch_axis
@@ -39,6 +40,7 @@ from framewire.pipeline import paths
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
 from framewire.sources.file import FileSource
+from framewire.sources.packets import tap_plan
 from framewire.sources.resume import ResumeTargets
 from framewire.stages.analytics import Analytics
 from framewire.stages.cascade import CascadeStage, Secondary
@@ -337,6 +339,7 @@ def check_cascade(config: Config, task: Task) -> None:
         params = resolve_tracking(config.tracking.params)
         class_filter(params.classes, labels, len(labels) if labels else None, "tracking.classes")
     check_analytics(config, labels)
+    check_recordings(config, labels)
 
 
 def check_analytics(config: Config, labels: Sequence[str] | None) -> None:
@@ -399,7 +402,8 @@ def build_plan(
     if config.stages.fuse_outputs and len(outputs) > 1:
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
-    sources = tuple(source_plan(s, audio_need(config), config.transport.slots_per_source, resume_targets(config, s.id))
+    sources = tuple(tap_plan(source_plan(s, audio_need(config), config.transport.slots_per_source,
+                                         resume_targets(config, s.id)), tap_spec(config))
                     for s in config.sources)  # fmt: skip
     t = config.transport
     return Plan(
@@ -514,4 +518,5 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     problem = resume_problem(config.outputs) if getattr(added, "resume", False) else None
     if problem:  # the job's outputs must fit resuming, as for the config's own sources
         raise ConfigError(f"source.resume: {problem}")
-    return source_plan(added, audio_need(config), config.transport.slots_per_source, resume_targets(config, added.id))
+    plan = source_plan(added, audio_need(config), config.transport.slots_per_source, resume_targets(config, added.id))
+    return tap_plan(plan, tap_spec(config))

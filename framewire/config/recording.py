@@ -9,7 +9,7 @@ outputs:
     clips:
       pre_s: 3
       post_s: 5
-      on: [{event: crossed, line: kerb}, {event: track_started, labels: [person]}]
+      events: [{event: crossed, line: kerb}, {event: track_started, labels: [person]}]
     snapshots: {crop: false, pick: best}
     retention: {days: 7, bytes: 20GiB}
 ```
@@ -67,9 +67,9 @@ class ClipRule(_Model):
 
 
 class ClipsConfig(_Model):
-    """Clips of the source's own packets around the events named in `on`."""
+    """Clips of the source's own packets around the events named in `events`."""
 
-    on: tuple[ClipRule, ...] = Field(min_length=1, description="The events that make a clip.")
+    events: tuple[ClipRule, ...] = Field(min_length=1, description="The events that make a clip.")
     pre_s: float = Field(default=3.0, ge=0, description="Seconds before the first event (from the key frame at or before).")
     post_s: float = Field(default=5.0, ge=0, description="Seconds after the last event.")
     max_s: float = Field(
@@ -130,7 +130,7 @@ class RecordingOutput(OutputConfig):
         if self.passthrough is None and self.clips is None:
             raise ValueError("passthrough or clips: a recording output records something")
         if self.snapshots is not None and self.clips is None:
-            raise ValueError("snapshots: of the events in clips.on (give clips)")
+            raise ValueError("snapshots: of the events in clips.events (give clips)")
         return self
 
     def passthrough_path(self) -> str:
@@ -144,8 +144,8 @@ class RecordingOutput(OutputConfig):
         not in the job, or a folder that cannot be written: `key...: why`, or None."""
         lines = {x.name for a in analytics.values() for x in a.lines}
         zones = {x.name for a in analytics.values() for x in a.zones}
-        for i, rule in enumerate(self.clips.on if self.clips else ()):
-            at = f"{key}.clips.on.{i}"
+        for i, rule in enumerate(self.clips.events if self.clips else ()):
+            at = f"{key}.clips.events.{i}"
             unknown = [x for x in rule.labels or () if labels is not None and x not in labels]
             if unknown:
                 return f"{at}.labels: {unknown[0]!r} is not a label of the model"

@@ -121,6 +121,8 @@ class Clip:
     streams: int
     written: int = 0
     """The number of the last ring packet written."""
+    last_s: float = 0.0
+    """The time of the last video packet written, and one frame's duration: where it ends."""
     frames: int = 0
     events: list[Any] = field(default_factory=list)
     """What the caller gave with each event (the store's event ids)."""
@@ -210,7 +212,10 @@ class ClipCutter:
                 break
             clip.file.write(packet.kind, packet_of(packet.data, packet.header))
             clip.written = packet.number
-            clip.frames += packet.kind == "video"
+            if packet.kind == "video":
+                clip.frames += 1
+                num, den = packet.header["tb"]
+                clip.last_s = max(clip.last_s, (packet.header["pts"] + max(packet.header["duration"], 1)) * num / den)
         if done:
             self._close()
 

@@ -129,6 +129,10 @@ class History:
         )
         return int(cur.lastrowid or 0)
 
+    def link(self, event_id: int, clip_id: int) -> None:
+        """The event is in the clip (it opened or extended it)."""
+        self.db.execute("UPDATE events SET clip_id = ? WHERE id = ?", (clip_id, event_id))
+
     def finish_clip(self, clip_id: int, end_wall: float, end_s: float, frames: int, size: int) -> None:
         self.db.execute(
             "UPDATE clips SET state = ?, end_wall = ?, end_s = ?, frames = ?, bytes = ? WHERE id = ?",

@@ -34,11 +34,10 @@ HWM = 4000
 a minute of the stream."""
 
 
-def endpoint_for(folder: str, output: str) -> str:
-    """The ipc:// endpoint of the output writing into `folder`: both sides compute it from the
-    config alone (the folder's absolute path and the output's name), in the supervisor's temporary
-    folder, short enough for an ipc path."""
-    key = hashlib.sha1(f"{os.path.abspath(folder)}\0{output}".encode()).hexdigest()[:16]
+def endpoint_for(folder: str) -> str:
+    """The ipc:// endpoint of the output writing into `folder` (one a folder: config.recording): both
+    sides compute it from the config alone, in the temporary folder, short enough for an ipc path."""
+    key = hashlib.sha1(os.path.abspath(folder).encode()).hexdigest()[:16]
     return f"ipc://{tempfile.gettempdir()}/framewire-packets-{key}.sock"
 
 
