@@ -113,7 +113,7 @@ class Clip:
     path: str
     source: str
     start_s: float
-    """Its first packet's time (a key frame at or before the first event's pre-roll)."""
+    """Its first picture's time (a key frame at or before the first event's pre-roll)."""
     end_s: float
     first_event_s: float
     last_event_s: float
@@ -176,7 +176,8 @@ class ClipCutter:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         file = PacketFile(path, self.ring.templates.streams)
         file.open()
-        clip = Clip(path, self.source, start.time_s, time_s + self.post_s, time_s, time_s, file, start.streams,
+        num, den = start.header["tb"]
+        clip = Clip(path, self.source, start.header["pts"] * num / den, time_s + self.post_s, time_s, time_s, file, start.streams,
                     written=start.number - 1, events=[tag])  # fmt: skip
         clip.end_s = min(clip.end_s, clip.start_s + self.max_s)
         self.open = clip
