@@ -25,6 +25,9 @@ from framewire.media.remux import PacketFile, Templates, packet_of
 
 log = logging.getLogger(__name__)
 
+MAX_WAITING = 1000
+"""Events kept for a clip not open yet (its packets not in, or the open clip full), per source."""
+
 
 @dataclass(slots=True)
 class RingPacket:
@@ -151,7 +154,7 @@ class ClipCutter:
 
     def event(self, time_s: float, tag: Any = None) -> Clip | None:
         """An event at `time_s`: the clip it is in (opened, or extended), or None when it waits
-        for the next clip (past `max_s`) or the ring has no key frame yet."""
+        for the next clip (past `max_s`) or for its packets (the ring has no key frame yet)."""
         clip = self.open
         if clip is not None and time_s - self.pre_s <= clip.end_s:
             limit = clip.start_s + self.max_s
@@ -170,7 +173,8 @@ class ClipCutter:
     def _open(self, time_s: float, tag: Any) -> Clip | None:
         start = self.ring.start_at(time_s - self.pre_s)
         if start is None or self.ring.templates is None:
-            log.warning("source %s: no key frame in the ring yet: no clip for the event at %.2f s", self.source, time_s)
+            # Its packets have not come yet (they travel beside the frames): it waits for them.
+            self.waiting = [*self.waiting[-MAX_WAITING + 1 :], (time_s, tag)]
             return None
         path = self.name(start.time_s)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -186,7 +190,12 @@ class ClipCutter:
         return clip
 
     def packets_arrived(self) -> list[Clip]:
-        """Write what came into the ring since; the clips that closed."""
+        """Write what came into the ring since (an event waiting for its first packets gets its clip
+        now); the clips that closed."""
+        if self.open is None and self.waiting and self.ring.packets:
+            waiting, self.waiting = self.waiting, []
+            for time_s, tag in waiting:
+                self.event(time_s, tag)
         if self.open is not None:
             self._write(self.open)
         return self.take()

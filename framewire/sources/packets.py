@@ -64,6 +64,9 @@ class PacketTap:
         self._end: Fraction | None = None
         """The end of the last video packet on the source's timeline (seconds)."""
         self._lost_at: float | None = None
+        self._held: tuple[dict[str, Any], bytes] | None = None
+        self._last_dts: int | None = None
+        self._step = 1
 
     @classmethod
     def build(cls, source_id: str, spec: TapSpec) -> PacketTap:
@@ -78,6 +81,11 @@ class PacketTap:
         """A connection's streams: its timestamps are placed on the source's at its first video packet."""
         self._kinds = {s: kind_of(s) for s in streams}
         self._offset = None
+        self._held = None
+        self._last_dts = None
+        video = next((s for s in streams if kind_of(s) == "video"), None)
+        rate = (video.average_rate or video.guessed_rate or 25) if video is not None else 25
+        self._step = max(1, round(1 / (Fraction(rate) * video.time_base))) if video and video.time_base else 1
         for recording in self.recordings:
             recording.begin(streams)
         if self.pushes:
@@ -87,32 +95,52 @@ class PacketTap:
 
     def packet(self, packet: av.Packet) -> None:
         kind = self._kinds.get(packet.stream)
-        if kind is None or packet.dts is None or packet.pts is None:
-            return  # FFmpeg gives no time to some packets of a broken stream: nothing could place them
+        if kind is None:
+            return
+        header, data = header_of(kind, packet), bytes(packet)  # the demuxer's packet stays the reader's
+        if kind == "video" and header["dts"] is None:
+            # An RTSP camera's first packets come before its clock is known: the pts they lack is
+            # the next one's less a frame (or the last one's plus a frame).
+            if self._last_dts is None:
+                self._held = (header, data)
+                return
+            header["pts"] = header["dts"] = self._last_dts + self._step
+        if kind == "video":
+            if self._held is not None:
+                held, self._held = self._held, None
+                held[0]["pts"] = held[0]["dts"] = header["dts"] - self._step
+                self._timed(kind, *held)
+            self._last_dts = header["dts"]
+        if header["dts"] is None or header["pts"] is None:
+            return  # an audio packet FFmpeg gives no time: nothing could place it
+        self._timed(kind, header, data)
+
+    def _timed(self, kind: str, header: dict[str, Any], data: bytes) -> None:
+        """A packet with its times, on the source's timeline, to the recordings and the clips."""
         if self._offset is None:
             if kind != "video" and self._end is not None:
                 return  # audio before a new connection's first picture: its place is not known yet
-            self._offset = self._place(packet) if kind == "video" else Fraction(0)
-        header = shifted(header_of(kind, packet), self._offset)
-        tb = packet.time_base
+            self._offset = self._place(header) if kind == "video" else Fraction(0)
+        shifted(header, self._offset)
+        num, den = header["tb"]
         if kind == "video":
-            end = (header["dts"] + max(packet.duration, 1)) * tb
+            end = Fraction((header["dts"] + max(header["duration"], 1)) * num, den)
             self._end = end if self._end is None else max(self._end, end)
-        data = bytes(packet)  # the demuxer's packet stays the reader's: each muxer gets its own copy
-        time_s = float(header["pts"] * tb)
+        time_s = header["pts"] * num / den
         for recording in self.recordings:
             recording.write(kind, packet_of(data, header), time_s, header["key"])
         for push in self.pushes:
             push.packet(header, data)
         self.packets += 1
 
-    def _place(self, packet: av.Packet) -> Fraction:
+    def _place(self, header: dict[str, Any]) -> Fraction:
         """The offset (seconds) that puts this connection's first packet after the last one's end,
         past the time offline; 0 for the source's first connection."""
         if self._end is None:
             return Fraction(0)
         gap = Fraction(time.monotonic() - self._lost_at) if self._lost_at is not None else Fraction(0)
-        return self._end + gap - packet.dts * packet.time_base
+        num, den = header["tb"]
+        return self._end + gap - Fraction(header["dts"] * num, den)
 
     def end(self) -> None:
         """The reader closed (the source ended, or its connection was lost): the segments close."""
