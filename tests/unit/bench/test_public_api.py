@@ -36,6 +36,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("console.py", "framewire.pipeline.wire.framepool"): "measures the previews' hand-over from a frame-pool slot",
     ("console.py", "framewire.media.jpeg"): "measures the daemon's own preview encoder",
     ("engine.py", "framewire.engines"): "reads GPU memory through the backend's own cuda-python binding (`cuda`)",
+    ("recording.py", "framewire.sources.packets"): "measures the decode worker's packet tap itself",
+    ("recording.py", "framewire.media.clips"): "measures the clip output's ring of packets",
+    ("recording.py", "framewire.media.segments"): "the passthrough recording's retention, as the tap takes it",
+    ("recording.py", "framewire.pipeline.wire.packets"): "measures the clips' socket, both ends",
     ("cli.py", "framewire.app.commands"): "CLI glue: the same --config and --set flags as every command",
     ("accuracy.py", "framewire.app.commands"): "CLI glue: the same tolerance flags as `framewire accuracy`",
 }
