@@ -402,9 +402,7 @@ def build_plan(
     if config.stages.fuse_outputs and len(outputs) > 1:
         members[OUTPUTS] = tuple(name for name, _ in outputs)
         outputs = ((OUTPUTS, functools.partial(_outputs, config)),)
-    sources = tuple(tap_plan(source_plan(s, audio_need(config), config.transport.slots_per_source,
-                                         resume_targets(config, s.id)), tap_spec(config))
-                    for s in config.sources)  # fmt: skip
+    sources = source_plans(config)
     t = config.transport
     return Plan(
         middle=tuple(middle),
@@ -432,6 +430,13 @@ def build_plan(
             (f"outputs.{i}.endpoint", out.endpoint) for i, out in enumerate(config.outputs) if isinstance(out, ZmqOutput)
         ),
     )
+
+
+def source_plans(config: Config) -> tuple[SourcePlan, ...]:
+    """Each source's plan, its packets shown to the recording outputs' tap (sources.packets)."""
+    spec, slots = tap_spec(config), config.transport.slots_per_source
+    return tuple(tap_plan(source_plan(s, audio_need(config), slots, resume_targets(config, s.id)), spec)
+                 for s in config.sources)  # fmt: skip
 
 
 def single_threaded_opencv() -> None:
