@@ -6,7 +6,6 @@ corrupt data and files that end early raise `SourceError` instead of silently lo
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +21,7 @@ import cv2
 import numpy as np
 
 from framewire.media import yuv
+from framewire.media.seek import seek_past
 from framewire.media.stream_info import PacketSink, StreamInfo
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.uris import local_path, redact
@@ -111,8 +111,8 @@ class VideoReader:
         stream.thread_type = "SLICE" if self.live else "AUTO"
         self._container, self._stream = container, stream
         self._info = self._describe(container, stream, shown, is_file=is_file)
-        if self.packet_sink is not None:
-            self.packet_sink.begin(self._tapped(container, stream))
+        if self.packet_sink is not None:  # the video's packets, and the first audio stream's
+            self.packet_sink.begin([stream, *container.streams.audio[:1]])
         log.info(
             "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
             self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
@@ -231,7 +231,7 @@ class VideoReader:
         """(the frames from index `frame` on, `frame`, the pts before it): by seeking when it can."""
         assert self._container is not None and self._stream is not None
         if after_pts is not None:
-            found = _seek_past(self._container, self._stream, after_pts)
+            found = seek_past(self._container, self._stream, after_pts)
             if found is not None:
                 log.info("source %s: resuming at frame %d: sought past pts %d", self.source_id, frame, after_pts)
                 return found, frame, after_pts
@@ -256,12 +256,6 @@ class VideoReader:
             self._container.close()
             self._container = None
             self._stream = None
-
-    def _tapped(
-        self, container: av.container.InputContainer, stream: av.video.stream.VideoStream
-    ) -> list[Any]:
-        """The streams whose packets are demuxed: the video, and the first audio stream if any."""
-        return [stream, *container.streams.audio[:1]]
 
     def _decode_live(
         self, container: av.container.InputContainer, stream: av.video.stream.VideoStream
@@ -368,28 +362,6 @@ class VideoReader:
     def _stream_start(self) -> int:
         stream = self._stream
         return stream.start_time if stream is not None and stream.start_time is not None else 0
-
-
-def _seek_past(
-    container: av.container.InputContainer, stream: av.video.stream.VideoStream, after_pts: int
-) -> Iterator[av.VideoFrame] | None:
-    """The frames after pts `after_pts`, decoded from the key frame at or before it; None when the
-    stream's pts cannot say where that is (missing or not increasing, or the seek landed past it)."""
-    try:
-        container.seek(after_pts, stream=stream, backward=True, any_frame=False)
-        decoded = container.decode(stream)
-        previous: int | None = None
-        for frame in decoded:
-            if frame.pts is None or (previous is not None and frame.pts <= previous):
-                return None
-            if previous is None and frame.pts > after_pts:
-                return None  # landed after the frame: the ones between would be lost
-            previous = frame.pts
-            if frame.pts > after_pts:
-                return itertools.chain((frame,), decoded)
-    except av.FFmpegError:
-        return None
-    return iter(())  # the file ends with that frame: nothing is left to do
 
 
 def _not_a_file(path: str) -> str:
