@@ -163,13 +163,17 @@ def _logged(source_id: str, segment: Any) -> None:
 
 
 class Tapped:
-    """A source whose readers show their packets to a `PacketTap` (FileSource and LiveSource: their
-    `packet_sink`); any other source is read as it is (its frames are not PyAV's packets)."""
+    """A source whose readers show their packets to a `PacketTap` (FileSource and LiveSource, with
+    audio or not: their `packet_sink`); any other source is read as it is (its frames are not
+    PyAV's packets)."""
 
     def __init__(self, inner: FrameSource, tap: PacketTap) -> None:
         self.inner = inner
         self.tap = tap
-        target = getattr(inner, "reader", inner)  # a FileSource's VideoReader, or a LiveSource itself
+        video: Any = inner
+        while hasattr(video, "inner"):
+            video = video.inner  # a source with audio (sources.audio.WithAudio) around its video source
+        target = getattr(video, "reader", video)  # a FileSource's VideoReader, or a LiveSource itself
         if hasattr(target, "packet_sink"):
             target.packet_sink = tap
         else:
