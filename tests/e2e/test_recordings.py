@@ -159,3 +159,53 @@ def test_bad_recording_config_gets_one_line_naming_the_key(tmp_path: Path) -> No
         _, err = proc.communicate(timeout=120)
         lines = error_lines(err)
         assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], (body, err)
+
+
+def test_a_camera_that_reconnects_is_recorded_on_one_timeline_with_its_outage_as_a_gap(tmp_path: Path) -> None:
+    port = rtsp_server.free_port()
+    servers = [rtsp_server.spawn(port, clip=str(VIDEOS / "carphone_pristine.mp4"))]
+    folder = tmp_path / "rec"
+    recording = f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 60}}}}"
+    uri = f"rtsp://127.0.0.1:{port}/live"
+    gap_s = 2.0
+    try:
+        proc = start_cli(*job(tmp_path, uri, "cam", recording, "source:reconnect: {initial_s: 0.2, max_s: 0.5}",
+                              "source:timeout_s: 2"))  # fmt: skip
+        _wait_for(lambda: len(_frames_recorded(tmp_path)) >= 50, proc)
+        servers[0].kill()
+        servers[0].wait(timeout=10)
+        time.sleep(gap_s)
+        servers.append(rtsp_server.spawn(port, clip=str(VIDEOS / "carphone_pristine.mp4")))
+        _wait_for(lambda: len(list((folder / "cam").glob("rec-*.mp4"))) >= 2 and len(_frames_recorded(tmp_path)) >= 150,
+                  proc)  # fmt: skip
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait(timeout=10)
+    segments = sorted((folder / "cam").glob("rec-*.mp4"))
+    assert len(segments) >= 2, "a reconnect starts a segment"
+    assert all(key_times(s) and key_times(s)[0] == clips.video_times(s)[0] for s in segments), "each at a key frame"
+    times = [t for s in segments for t in clips.video_times(s)]
+    steps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(steps) > 0, "one timeline: every picture after the one before"
+    assert gap_s * 0.8 <= max(steps) <= gap_s + 10, "the outage is a gap in it"
+
+
+def _frames_recorded(tmp: Path) -> list[dict[str, Any]]:
+    path = tmp / "cam.jsonl"
+    return read_jsonl(path) if path.exists() else []
+
+
+def _wait_for(condition: Any, proc: Any, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except ValueError:  # a JSON line half written
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "the daemon did not get there"
+        time.sleep(0.2)
