@@ -78,6 +78,11 @@ class ClipsConfig(_Model):
     ring_s: float = Field(
         default=10.0, gt=0, description="Seconds of packets kept in memory per source: what a pre-roll can reach back to."
     )
+    annotated: bool = Field(
+        default=False,
+        description="Also a clip of the composited frames (boxes burned in) beside each: <clip>.annotated.mp4. "
+        "Every frame is then encoded while the source runs (x264 ultrafast), for the pre-roll.",
+    )
     ring_bytes: ByteSize = Field(
         default=ByteSize(64 * 2**20), description="At most this much per source in the ring (bytes, or '64MiB')."
     )

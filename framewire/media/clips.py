@@ -52,14 +52,19 @@ class PacketRing:
         self.packets: deque[RingPacket] = deque()
         self.bytes = 0
         self.count = 0
-        self.templates: Templates | None = None
+        self.templates: Any = None
+        """What a clip's streams are made from: a `Templates`, or an encoder's (media.annotated)."""
         self.streams_seen = 0
 
     def streams(self, init: bytes) -> None:
         """A new connection's streams: the packets after this are of them."""
-        old, self.templates = self.templates, Templates(init)
+        self.use(Templates(init))
+
+    def use(self, templates: Any) -> None:
+        """The streams of the packets after this: anything with `streams` (and `close()`)."""
+        old, self.templates = self.templates, templates
         self.streams_seen += 1
-        if old is not None:
+        if old is not None and old is not templates:
             old.close()
 
     def add(self, header: dict[str, Any], data: bytes) -> RingPacket | None:

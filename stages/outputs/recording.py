@@ -14,10 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+import functools
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from framewire.config.recording import ClipRule, RecordingOutput
+
+from framewire.media import yuv
+from framewire.media.annotated import AnnotatedEncoder
 from framewire.media.clips import Clip, ClipCutter, PacketRing
 from framewire.media.history import History
 from framewire.pipeline.frame import Frame, Stage, StageContext
@@ -56,6 +61,8 @@ class RecordingSink(Stage):
         self.history: History | None = None
         self.pull: PacketPull | None = None
         self.cutters: dict[str, ClipCutter] = {}
+        self.annotated: dict[str, tuple[AnnotatedEncoder, ClipCutter]] = {}
+        """`clips.annotated`: each source's encoder of its composited frames, and the clips cut from it."""
         self._clock: dict[str, tuple[float, float]] = {}
         """Each source's latest frame: (its time on the source's timeline, when it was read, epoch)."""
 
@@ -79,11 +86,34 @@ class RecordingSink(Stage):
         image = composited_image(frame) if self.snapshots is not None and (events or found) else None
         for event in events:
             self._event(frame.source_id, event, image, found)
+        if self.config.clips is not None and self.config.clips.annotated:
+            self._annotate(frame, [float(e.get("time") or 0.0) for e in events])
         if self.snapshots is not None and image is not None:
             for event_id, path, score in self.snapshots.frame(frame.source_id, image, found):
                 self.history.put_snapshot(event_id, frame.source_id, path, score)
         self._closed(self._cutter(frame.source_id).frame(frame.time_s))
         return ()
+
+    def _annotate(self, frame: Frame, events: list[float]) -> None:
+        """`clips.annotated`: the composited frame into its source's ring, the events to its clips."""
+        entry = self.annotated.get(frame.source_id)
+        if entry is None:
+            info = self.ctx.streams.get(frame.source_id) or {}
+            c = self.config.clips
+            assert c is not None
+            ring = PacketRing(c.ring_s, int(c.ring_bytes))
+            encoder = AnnotatedEncoder(ring, frame.width, frame.height, Fraction(info.get("fps", "25")),
+                                       Fraction(info.get("time_base", "1/90000")))  # fmt: skip
+            name = functools.partial(self._clip_path, frame.source_id, suffix=".annotated.mp4")
+            cutter = ClipCutter(frame.source_id, ring, pre_s=c.pre_s, post_s=c.post_s, max_s=c.max_s, name=name,
+                                on_open=self._opened)  # fmt: skip
+            entry = self.annotated[frame.source_id] = (encoder, cutter)
+        encoder, cutter = entry
+        image = composited_image(frame)
+        encoder.write(yuv.to_bgr(image) if yuv.is_i420(image) else image, frame.pts)
+        for time_s in events:
+            cutter.event(time_s, None)
+        self._closed(cutter.frame(frame.time_s), annotated=True)
 
     def _wanted(self, event: Mapping[str, Any]) -> bool:
         if event.get("event") == "track_ended" and self.snapshots is not None:
@@ -131,10 +161,10 @@ class RecordingSink(Stage):
         at, wall = self._clock.get(source, (time_s, time.time()))
         return wall + (time_s - at)
 
-    def _clip_path(self, source: str, start_s: float) -> str:
+    def _clip_path(self, source: str, start_s: float, suffix: str = ".mp4") -> str:
         wall = self._wall(source, start_s)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(wall)) + f".{int(wall * 1000) % 1000:03d}"
-        return os.path.join(self.config.folder, source, "clips", f"{stamp}.mp4")
+        return os.path.join(self.config.folder, source, "clips", f"{stamp}{suffix}")
 
     def _opened(self, clip: Clip) -> None:
         assert self.history is not None
@@ -142,7 +172,7 @@ class RecordingSink(Stage):
         for event_id in clip.events:
             self.history.link(event_id, clip.id)
 
-    def _closed(self, clips: list[Clip]) -> None:
+    def _closed(self, clips: list[Clip], annotated: bool = False) -> None:
         assert self.history is not None
         for clip in clips:
             size = _size(clip.path)
@@ -155,7 +185,7 @@ class RecordingSink(Stage):
                 "path": clip.path, "id": clip.id, "start_s": round(clip.start_s, 6), "end_s": round(end_s, 6),
                 "first_event_s": round(clip.first_event_s, 6), "last_event_s": round(clip.last_event_s, 6),
                 "frames": clip.frames, "bytes": size, "events": [e for e in clip.events if e is not None],
-                "deleted": pruned.paths,
+                "deleted": pruned.paths, **({"annotated": True} if annotated else {}),
             })  # fmt: skip
 
     def flush(self, source_id: str) -> Iterable[Frame]:
@@ -167,12 +197,17 @@ class RecordingSink(Stage):
         if cutter is not None:
             self._closed(cutter.end())
             cutter.ring.close()
+        entry = self.annotated.pop(source_id, None)
+        if entry is not None:
+            entry[0].close()  # its last frames into the ring, then the clip closes with them
+            self._closed(entry[1].end(), annotated=True)
+            entry[1].ring.close()
         if self.snapshots is not None:
             self.snapshots.forget(source_id)
         return ()
 
     def stop(self) -> None:
-        for source_id in list(self.cutters):
+        for source_id in list({*self.cutters, *self.annotated}):
             try:
                 self.flush(source_id)
             except Exception as exc:  # one broken clip must not keep the others open

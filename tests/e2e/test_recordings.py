@@ -55,15 +55,18 @@ def test_a_file_gives_one_clip_per_run_of_crossings_with_snapshots_and_history(t
     source = VIDEOS / "carphone_pristine.mp4"
     folder = tmp_path / "rec"
     recording = (f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 60}}, "
-                 "clips: {pre_s: 1, post_s: 1, events: [{event: crossed, line: door}]}, snapshots: {pick: best}}")
-    proc = start_cli(*job(tmp_path, str(source), "clip", recording))
+                 "clips: {pre_s: 1, post_s: 1, annotated: true, events: [{event: crossed, line: door}]}, "
+                 "snapshots: {pick: best}}")
+    proc = start_cli(*job(tmp_path, str(source), "clip", recording, "--set", "composite=[{kind: boxes}]"))
     _, err = proc.communicate(timeout=200)
     assert proc.returncode == 0, err
     records = read_jsonl(tmp_path / "clip.jsonl")
     crossed = crossings(records)
     assert len(crossed) >= 2, "the clip is worth testing"
-    announced = [r for r in records if r.get("event") == "clip"]
+    announced = [r for r in records if r.get("event") == "clip" and not r.get("annotated")]
     assert announced, "each clip is announced on the sinks"
+    annotated = [r for r in records if r.get("event") == "clip" and r.get("annotated")]
+    assert len(annotated) == len(announced) and all(clips.count_frames(r["path"]) == r["frames"] > 0 for r in annotated)
     keys = key_times(source)
     for clip in announced:
         mine = [t for t in crossed if clip["first_event_s"] <= t <= clip["last_event_s"]]
@@ -71,7 +74,7 @@ def test_a_file_gives_one_clip_per_run_of_crossings_with_snapshots_and_history(t
         start_key = max(k for k in keys if k <= max(mine[0] - 1.0, keys[0]))
         assert abs(clip["start_s"] - start_key) < 0.05, "it starts at the key frame at or before its pre-roll"
         assert clips.count_frames(clip["path"]) == clip["frames"] > 0, "a decoder reads it from start to end"
-        end = min(mine[-1] + 1.0, records[-1 - len(announced)]["time"])
+        end = min(mine[-1] + 1.0, [r for r in records if "seq" in r][-1]["time"])
         assert end - 0.05 <= clip["end_s"] <= end + 0.1, "it ends a post-roll after its last event"
     assert sorted(t for c in announced for t in crossed if c["first_event_s"] <= t <= c["last_event_s"]) == crossed
     # The passthrough recording: the file's own packets, not re-encoded.

@@ -91,3 +91,25 @@ def test_the_ring_keeps_its_seconds_from_a_key_frame(tmp_path: Path) -> None:
     assert ring.packets[0].key and ring.packets[0].kind == "video"
     assert 18.0 - 11.0 <= ring.packets[0].time_s <= 18.0 - 10.0
     assert ring.bytes == sum(len(p.data) for p in ring.packets)
+
+
+def test_an_annotated_clip_is_cut_from_the_composited_frames_encoded_as_they_come(tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    from framewire.media.annotated import AnnotatedEncoder
+
+    ring = PacketRing(10.0, 64 << 20)
+    encoder = AnnotatedEncoder(ring, 160, 120, Fraction(25), Fraction(1, 12800))
+    cutter = ClipCutter("cam", ring, pre_s=1.0, post_s=1.0, max_s=30.0, name=lambda s: str(tmp_path / "a.mp4"))
+    closed = []
+    for index in range(150):
+        encoder.write(clips.draw_frame(index, 160, 120), index * 512)
+        if index == 75:
+            cutter.event(3.0, "e")
+        closed += cutter.frame(index / 25)
+    encoder.close()
+    closed += cutter.end()
+    assert len(closed) == 1
+    times = clips.video_times(closed[0].path)
+    assert 1.0 <= times[0] <= 2.0 and 4.0 - 0.04 <= times[-1] <= 4.0 + 0.04
+    assert clips.count_frames(closed[0].path) == len(times) == closed[0].frames
