@@ -43,7 +43,9 @@ MODES = ("demux", "passthrough", "clips", "both", "decode", "encode")
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
 
 
-def add_arguments(parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
     parser.add_argument("--size", default="720p", choices=list(SIZES), help="the stream's size (%(default)s)")
     parser.add_argument("--seconds", type=int, default=30, help="the stream's length (%(default)s)")
     parser.add_argument("--fps", type=int, default=25, help="its frame rate (%(default)s)")
@@ -67,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
         "machine": harness.machine(), "size": args.size, "seconds": args.seconds, "fps": args.fps,
         "bitrate": args.bitrate, "runs": runs,
         "cpu_s": {m: harness.median(v) for m, v in runs.items()},
-        "core_percent": {m: 100.0 * ((harness.median(v) or 0.0) - (0.0 if m == "demux" else base)) / args.seconds
-                         for m, v in runs.items()},
+        "core_percent": {
+            m: 100.0 * ((harness.median(v) or 0.0) - (0.0 if m == "demux" else base)) / args.seconds
+            for m, v in runs.items()
+        },
     }  # fmt: skip
     harness.write_json(args.json, result)
     rows = [[m, result["cpu_s"][m], result["core_percent"][m]] for m in runs]
@@ -93,7 +97,9 @@ def make_stream(path: Path, width: int, height: int, seconds: int, fps: int, bit
             frame.pts = index
             container.mux(video.encode(frame))
             until = (index + 1) * 48000 // fps
-            tone = av.AudioFrame.from_ndarray(np.zeros((1, until - samples), dtype=np.float32), format="fltp", layout="mono")
+            tone = av.AudioFrame.from_ndarray(
+                np.zeros((1, until - samples), dtype=np.float32), format="fltp", layout="mono"
+            )
             tone.sample_rate, tone.pts = 48000, samples
             container.mux(audio.encode(tone))
             samples = until
@@ -105,9 +111,13 @@ def make_stream(path: Path, width: int, height: int, seconds: int, fps: int, bit
 def measure(mode: str, clip: Path, tmp: Path) -> float:
     """CPU seconds (this process, and the receiver's for clips) to read `clip` in `mode`."""
     folder = tmp / f"out-{mode}-{time.monotonic_ns()}"
-    passthrough = ((str(folder / "{source_id}-{index}.mp4"), 60.0, Retention()),) if mode in ("passthrough", "both") else ()
+    passthrough = (
+        ((str(folder / "{source_id}-{index}.mp4"), 60.0, Retention()),)
+        if mode in ("passthrough", "both")
+        else ()
+    )
     endpoints = (endpoint_for(str(folder)),) if mode in ("clips", "both") else ()
-    receiver, result = (_receiver(endpoints[0]) if endpoints else (None, None))
+    receiver, result = _receiver(endpoints[0]) if endpoints else (None, None)
     start = time.process_time()
     with av.open(str(clip)) as container:
         streams = [container.streams.video[0], container.streams.audio[0]]

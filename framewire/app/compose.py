@@ -523,5 +523,6 @@ def make_source(config: Config, raw: Mapping[str, Any]) -> SourcePlan:
     problem = resume_problem(config.outputs) if getattr(added, "resume", False) else None
     if problem:  # the job's outputs must fit resuming, as for the config's own sources
         raise ConfigError(f"source.resume: {problem}")
-    plan = source_plan(added, audio_need(config), config.transport.slots_per_source, resume_targets(config, added.id))
+    slots = config.transport.slots_per_source
+    plan = source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
     return tap_plan(plan, tap_spec(config))

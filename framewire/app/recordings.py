@@ -27,7 +27,9 @@ def check_recordings(config: Config, labels: Sequence[str] | None) -> None:
         if problem:
             raise ConfigError(problem)
         if out.folder in folders:
-            raise ConfigError(f"outputs.{i}.folder: {out.folder} is outputs.{folders[out.folder]}'s folder too")
+            raise ConfigError(
+                f"outputs.{i}.folder: {out.folder} is outputs.{folders[out.folder]}'s folder too"
+            )
         folders[out.folder] = i
 
 

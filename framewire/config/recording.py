@@ -42,7 +42,8 @@ class PassthroughConfig(_Model):
     )
     keep_days: float | None = Field(default=None, gt=0, description="Delete segments older than this.")
     keep_bytes: ByteSize | None = Field(
-        default=None, description="Keep at most this much per source (bytes, or '20GiB'), oldest deleted first."
+        default=None,
+        description="Keep at most this much per source (bytes, or '20GiB'), oldest deleted first.",
     )
 
 
@@ -51,11 +52,20 @@ class ClipRule(_Model):
 
     event: Literal[
         "class_appeared", "class_left", "track_started", "track_ended", "crossed", "entered", "left"
-    ] = Field(description="The event: a class appears or leaves, a track starts or ends, a line crossed, a zone entered or left.")
-    labels: tuple[str, ...] | None = Field(default=None, description="Only events of these labels (the model's).")
+    ] = Field(
+        description="The event: a class appears or leaves, a track starts or ends, a line crossed, a zone "
+        "entered or left."
+    )
+    labels: tuple[str, ...] | None = Field(
+        default=None, description="Only events of these labels (the model's)."
+    )
     line: str | None = Field(default=None, description="crossed: only this line (analytics.<source>.lines).")
-    zone: str | None = Field(default=None, description="entered, left: only this zone (analytics.<source>.zones).")
-    sources: tuple[str, ...] | None = Field(default=None, description="Only these sources; default: every one.")
+    zone: str | None = Field(
+        default=None, description="entered, left: only this zone (analytics.<source>.zones)."
+    )
+    sources: tuple[str, ...] | None = Field(
+        default=None, description="Only these sources; default: every one."
+    )
 
     @model_validator(mode="after")
     def _place(self) -> ClipRule:
@@ -70,21 +80,30 @@ class ClipsConfig(_Model):
     """Clips of the source's own packets around the events named in `events`."""
 
     events: tuple[ClipRule, ...] = Field(min_length=1, description="The events that make a clip.")
-    pre_s: float = Field(default=3.0, ge=0, description="Seconds before the first event (from the key frame at or before).")
+    pre_s: float = Field(
+        default=3.0, ge=0, description="Seconds before the first event (from the key frame at or before)."
+    )
     post_s: float = Field(default=5.0, ge=0, description="Seconds after the last event.")
     max_s: float = Field(
-        default=60.0, gt=0, description="Clips that overlap merge up to this length; a longer run of events goes on in the next clip."
+        default=60.0,
+        gt=0,
+        description="Clips that overlap merge up to this length; a longer run of events goes on in the next "
+        "clip.",
     )
     ring_s: float = Field(
-        default=10.0, gt=0, description="Seconds of packets kept in memory per source: what a pre-roll can reach back to."
+        default=10.0,
+        gt=0,
+        description="Seconds of packets kept in memory per source: what a pre-roll can reach back to.",
     )
     annotated: bool = Field(
         default=False,
-        description="Also a clip of the composited frames (boxes burned in) beside each: <clip>.annotated.mp4. "
-        "Every frame is then encoded while the source runs (x264 ultrafast), for the pre-roll.",
+        description="Also a clip of the composited frames (boxes burned in) beside each: "
+        "<clip>.annotated.mp4. Every frame is then encoded while the source runs (x264 ultrafast), for "
+        "the pre-roll.",
     )
     ring_bytes: ByteSize = Field(
-        default=ByteSize(64 * 2**20), description="At most this much per source in the ring (bytes, or '64MiB')."
+        default=ByteSize(64 * 2**20),
+        description="At most this much per source in the ring (bytes, or '64MiB').",
     )
 
     @model_validator(mode="after")
@@ -95,16 +114,21 @@ class ClipsConfig(_Model):
                 "a key frame): make ring_s longer than pre_s plus a key-frame interval"
             )
         if self.pre_s + self.post_s > self.max_s:
-            raise ValueError(f"max_s: {self.max_s:g} s is shorter than pre_s + post_s ({self.pre_s + self.post_s:g} s)")
+            raise ValueError(
+                f"max_s: {self.max_s:g} s is shorter than pre_s + post_s ({self.pre_s + self.post_s:g} s)"
+            )
         return self
 
 
 class SnapshotsConfig(_Model):
     """A JPEG for each event that matched a clip rule."""
 
-    crop: bool = Field(default=False, description="The object's box only, instead of the whole frame with the boxes.")
+    crop: bool = Field(
+        default=False, description="The object's box only, instead of the whole frame with the boxes."
+    )
     pick: Literal["first", "best"] = Field(
-        default="first", description="first: the event's frame; best: the track's best-scored frame until it ends."
+        default="first",
+        description="first: the event's frame; best: the track's best-scored frame until it ends.",
     )
     quality: int = Field(default=85, ge=1, le=100, description="JPEG quality.")
 
@@ -113,22 +137,29 @@ class RetentionConfig(_Model):
     """What the history keeps per source: clips, snapshots and events; never a clip being written."""
 
     days: float | None = Field(default=None, gt=0, description="Delete what is older than this.")
-    bytes: ByteSize | None = Field(default=None, description="Clips and snapshots per source, oldest deleted first.")
+    bytes: ByteSize | None = Field(
+        default=None, description="Clips and snapshots per source, oldest deleted first."
+    )
 
 
 class RecordingOutput(OutputConfig):
     """Recordings, clips, snapshots and the event history (`events.db`, SQLite) in one folder."""
 
-    kind: Literal["recording"] = Field(description="The source's own stream recorded, clips and snapshots of events.")
+    kind: Literal["recording"] = Field(
+        description="The source's own stream recorded, clips and snapshots of events."
+    )
     folder: str = Field(
-        description="Where everything goes: <source>/rec-<index>.mp4, <source>/clips/, <source>/snapshots/, events.db."
+        description="Where everything goes: <source>/rec-<index>.mp4, <source>/clips/, <source>/snapshots/, "
+        "events.db."
     )
     passthrough: PassthroughConfig | None = Field(
         default=None, description="The continuous recording without re-encoding; null: none."
     )
     clips: ClipsConfig | None = Field(default=None, description="Event clips; null: none.")
     snapshots: SnapshotsConfig | None = Field(default=None, description="Event snapshots; null: none.")
-    retention: RetentionConfig = Field(default_factory=RetentionConfig, description="The history's retention.")
+    retention: RetentionConfig = Field(
+        default_factory=RetentionConfig, description="The history's retention."
+    )
 
     @model_validator(mode="after")
     def _something(self) -> RecordingOutput:
@@ -143,7 +174,11 @@ class RecordingOutput(OutputConfig):
         return os.path.join(self.folder, "{source_id}", "rec-{index:06d}.mp4")
 
     def problems(
-        self, key: str, labels: Sequence[str] | None, analytics: Mapping[str, SourceAnalyticsConfig], sources: Sequence[str]
+        self,
+        key: str,
+        labels: Sequence[str] | None,
+        analytics: Mapping[str, SourceAnalyticsConfig],
+        sources: Sequence[str],
     ) -> str | None:
         """The first rule naming a label the model lacks, a line or zone no source has, a source
         not in the job, or a folder that cannot be written: `key...: why`, or None."""

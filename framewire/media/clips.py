@@ -74,8 +74,8 @@ class PacketRing:
             return None
         num, den = header["tb"]
         self.count += 1
-        packet = RingPacket(self.count, kind, header, data, stamp * num / den, bool(header.get("key")) and kind == "video",
-                            self.streams_seen)  # fmt: skip
+        key = bool(header.get("key")) and kind == "video"
+        packet = RingPacket(self.count, kind, header, data, stamp * num / den, key, self.streams_seen)
         if not self.packets and not packet.key:
             return packet  # the ring starts at a key frame
         self.packets.append(packet)
@@ -186,8 +186,11 @@ class ClipCutter:
         file = PacketFile(path, self.ring.templates.streams)
         file.open()
         num, den = start.header["tb"]
-        clip = Clip(path, self.source, start.header["pts"] * num / den, time_s + self.post_s, time_s, time_s, file, start.streams,
-                    written=start.number - 1, events=[tag])  # fmt: skip
+        first_s = start.header["pts"] * num / den
+        clip = Clip(
+            path, self.source, first_s, time_s + self.post_s, time_s, time_s, file, start.streams,
+            written=start.number - 1, events=[tag],
+        )  # fmt: skip
         clip.end_s = min(clip.end_s, clip.start_s + self.max_s)
         self.open = clip
         self.on_open(clip)
@@ -230,7 +233,9 @@ class ClipCutter:
             if packet.kind == "video":
                 clip.frames += 1
                 num, den = packet.header["tb"]
-                clip.last_s = max(clip.last_s, (packet.header["pts"] + max(packet.header["duration"], 1)) * num / den)
+                clip.last_s = max(
+                    clip.last_s, (packet.header["pts"] + max(packet.header["duration"], 1)) * num / den
+                )
         if done:
             self._close()
 

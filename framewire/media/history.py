@@ -101,7 +101,9 @@ class History:
             for row in self.db.execute("SELECT id, path FROM clips WHERE state = ?", (WRITING,)).fetchall():
                 size = _size(row["path"])
                 if size:
-                    self.db.execute("UPDATE clips SET state = ?, bytes = ? WHERE id = ?", (CUT, size, row["id"]))
+                    self.db.execute(
+                        "UPDATE clips SET state = ?, bytes = ? WHERE id = ?", (CUT, size, row["id"])
+                    )
                     kept.append(int(row["id"]))
                 else:
                     self.db.execute("DELETE FROM clips WHERE id = ?", (row["id"],))
@@ -144,7 +146,8 @@ class History:
         with self._tx():
             self.db.execute("DELETE FROM snapshots WHERE event_id = ?", (event_id,))
             self.db.execute(
-                "INSERT INTO snapshots (event_id, source, path, bytes, wall, score) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO snapshots (event_id, source, path, bytes, wall, score) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (event_id, source, path, _size(path), time.time(), score),
             )
 
@@ -178,12 +181,17 @@ class History:
         sql = f"SELECT c.* FROM clips c {_where(where)} ORDER BY c.id DESC LIMIT ?"
         rows = [dict(r) for r in self.db.execute(sql, (*args, _limit(limit) + 1))]
         for row in rows:
-            row["events"] = [r[0] for r in self.db.execute("SELECT id FROM events WHERE clip_id = ? ORDER BY id", (row["id"],))]
+            row["events"] = [
+                r[0]
+                for r in self.db.execute("SELECT id FROM events WHERE clip_id = ? ORDER BY id", (row["id"],))
+            ]
         return _page(rows, limit)
 
     # --- retention -------------------------------------------------------------------------------
 
-    def prune(self, source: str, *, days: float | None, max_bytes: int | None, now: float | None = None) -> Pruned:
+    def prune(
+        self, source: str, *, days: float | None, max_bytes: int | None, now: float | None = None
+    ) -> Pruned:
         """Delete the source's oldest clips (never one being written), snapshots and events past
         `days`, then the oldest clips and snapshots while their bytes exceed `max_bytes`; the files too."""
         now = time.time() if now is None else now
@@ -209,8 +217,12 @@ class History:
         clips = self.db.execute(
             "SELECT start_wall, id, path, bytes FROM clips WHERE source = ? AND state != ?", (source, WRITING)
         ).fetchall()
-        shots = self.db.execute("SELECT wall, id, path, bytes FROM snapshots WHERE source = ?", (source,)).fetchall()
-        items = [(r[0], "clip", r[1], r[2], r[3]) for r in clips] + [(r[0], "snapshot", r[1], r[2], r[3]) for r in shots]
+        shots = self.db.execute(
+            "SELECT wall, id, path, bytes FROM snapshots WHERE source = ?", (source,)
+        ).fetchall()
+        items = [(r[0], "clip", r[1], r[2], r[3]) for r in clips] + [
+            (r[0], "snapshot", r[1], r[2], r[3]) for r in shots
+        ]
         return sorted(items)
 
     def _delete(self, kind: str, row_id: int, path: str, pruned: Pruned) -> None:

@@ -205,7 +205,9 @@ class Templates:
     def __init__(self, init: bytes) -> None:
         """av.FFmpegError when `init` is not an MP4 init segment."""
         self._container = av.open(io.BytesIO(init), mode="r")
-        self.streams: list[av.stream.Stream] = [s for s in self._container.streams if kind_of(s) in ("video", "audio")]
+        self.streams: list[av.stream.Stream] = [
+            s for s in self._container.streams if kind_of(s) in ("video", "audio")
+        ]
 
     def close(self) -> None:
         self._container.close()

@@ -268,7 +268,8 @@ class VideoReader:
         if self.audio_sink is None and sink is None:
             audio = None
         for packet in container.demux(stream) if audio is None else container.demux(stream, audio):
-            frames = self._audio_packet(audio, packet) if packet.stream is audio else self._video_packet(stream, packet)
+            is_audio = packet.stream is audio
+            frames = self._audio_packet(audio, packet) if is_audio else self._video_packet(stream, packet)
             if sink is not None and packet.size:
                 sink.packet(packet)  # after decoding it: the sink may hand its data to a muxer
             yield from frames
@@ -282,7 +283,9 @@ class VideoReader:
             self.corrupt += 1
             return []
 
-    def _audio_packet(self, audio: av.audio.stream.AudioStream | None, packet: av.Packet) -> list[av.VideoFrame]:
+    def _audio_packet(
+        self, audio: av.audio.stream.AudioStream | None, packet: av.Packet
+    ) -> list[av.VideoFrame]:
         if self.audio_sink is None or audio is None:
             return []
         try:

@@ -71,8 +71,13 @@ class PacketTap:
     @classmethod
     def build(cls, source_id: str, spec: TapSpec) -> PacketTap:
         recordings = [
-            PassthroughRecording(path, source_id, segment_s=segment_s, retention=retention,
-                                 on_segment=functools.partial(_logged, source_id))  # fmt: skip
+            PassthroughRecording(
+                path,
+                source_id,
+                segment_s=segment_s,
+                retention=retention,
+                on_segment=functools.partial(_logged, source_id),
+            )  # fmt: skip
             for path, segment_s, retention in spec.passthrough
         ]
         return cls(source_id, recordings, [PacketPush(e, source_id) for e in spec.clip_endpoints])
@@ -158,8 +163,14 @@ class PacketTap:
 
 
 def _logged(source_id: str, segment: Any) -> None:
-    log.info("source %s: passthrough segment %s closed (%d frames, %d bytes)%s", source_id, segment.path,
-             segment.frames, segment.bytes, f"; retention deleted {len(segment.deleted)}" if segment.deleted else "")
+    log.info(
+        "source %s: passthrough segment %s closed (%d frames, %d bytes)%s",
+        source_id,
+        segment.path,
+        segment.frames,
+        segment.bytes,
+        f"; retention deleted {len(segment.deleted)}" if segment.deleted else "",
+    )
 
 
 class Tapped:
@@ -177,7 +188,9 @@ class Tapped:
         if hasattr(target, "packet_sink"):
             target.packet_sink = tap
         else:
-            log.warning("source %s: a %s source has no packets to record", tap.source_id, type(inner).__name__)
+            log.warning(
+                "source %s: a %s source has no packets to record", tap.source_id, type(inner).__name__
+            )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # stats, set_interrupt, attach_audio: the source's own

@@ -57,7 +57,10 @@ class Events:
         source, output = event["source"], event["output"]
         deleted = event.get("deleted") or []
         if event["event"] == "clip":  # a recording output's event clip: logged, not counted as a segment
-            log.info("source %s: clip %s closed (%d frames, %d bytes)", source, event["path"], event["frames"], event["bytes"])
+            log.info(
+                "source %s: clip %s closed (%d frames, %d bytes)",
+                source, event["path"], event["frames"], event["bytes"],
+            )  # fmt: skip
             self._to_outputs(event)
             return
         self.observer.on_segment(source, output, event["bytes"], len(deleted))

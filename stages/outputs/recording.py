@@ -105,8 +105,15 @@ class RecordingSink(Stage):
             encoder = AnnotatedEncoder(ring, frame.width, frame.height, Fraction(info.get("fps", "25")),
                                        Fraction(info.get("time_base", "1/90000")))  # fmt: skip
             name = functools.partial(self._clip_path, frame.source_id, suffix=".annotated.mp4")
-            cutter = ClipCutter(frame.source_id, ring, pre_s=c.pre_s, post_s=c.post_s, max_s=c.max_s, name=name,
-                                on_open=self._opened)  # fmt: skip
+            cutter = ClipCutter(
+                frame.source_id,
+                ring,
+                pre_s=c.pre_s,
+                post_s=c.post_s,
+                max_s=c.max_s,
+                name=name,
+                on_open=self._opened,
+            )
             entry = self.annotated[frame.source_id] = (encoder, cutter)
         encoder, cutter = entry
         image = composited_image(frame)
@@ -138,8 +145,10 @@ class RecordingSink(Stage):
             c = self.config.clips
             assert c is not None
             ring = PacketRing(c.ring_s, int(c.ring_bytes))
-            cutter = ClipCutter(source, ring, pre_s=c.pre_s, post_s=c.post_s, max_s=c.max_s,
-                                name=lambda start_s: self._clip_path(source, start_s), on_open=self._opened)  # fmt: skip
+            name = functools.partial(self._clip_path, source)
+            cutter = ClipCutter(
+                source, ring, pre_s=c.pre_s, post_s=c.post_s, max_s=c.max_s, name=name, on_open=self._opened
+            )
             self.cutters[source] = cutter
         return cutter
 
@@ -168,7 +177,9 @@ class RecordingSink(Stage):
 
     def _opened(self, clip: Clip) -> None:
         assert self.history is not None
-        clip.id = self.history.start_clip(clip.source, clip.path, self._wall(clip.source, clip.start_s), clip.start_s)
+        clip.id = self.history.start_clip(
+            clip.source, clip.path, self._wall(clip.source, clip.start_s), clip.start_s
+        )
         for event_id in clip.events:
             self.history.link(event_id, clip.id)
 
@@ -179,7 +190,9 @@ class RecordingSink(Stage):
             end_s = max(clip.last_s, clip.start_s)
             self.history.finish_clip(clip.id, self._wall(clip.source, end_s), end_s, clip.frames, size)
             r = self.config.retention
-            pruned = self.history.prune(clip.source, days=r.days, max_bytes=int(r.bytes) if r.bytes is not None else None)
+            pruned = self.history.prune(
+                clip.source, days=r.days, max_bytes=int(r.bytes) if r.bytes is not None else None
+            )
             self.ctx.emit({
                 "v": RECORD_VERSION, "source": clip.source, "event": "clip", "output": self.ctx.stage,
                 "path": clip.path, "id": clip.id, "start_s": round(clip.start_s, 6), "end_s": round(end_s, 6),

@@ -49,7 +49,9 @@ class Snapshots:
             self._best[(str(event.get("source")), track)] = _Best(event_id, path, score)
         return score
 
-    def frame(self, source: str, image: np.ndarray, found: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, float]]:
+    def frame(
+        self, source: str, image: np.ndarray, found: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[int, str, float]]:
         """`pick: best`: the snapshots this frame betters, written again."""
         better = []
         for d in found:

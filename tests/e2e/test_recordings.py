@@ -37,7 +37,13 @@ def extra_source(extra: tuple[str, ...]) -> str:
 
 
 def crossings(records: list[dict[str, Any]]) -> list[float]:
-    return [r["time"] for r in records if "seq" in r for e in r["results"]["analytics"]["events"] if e["event"] == "crossed"]
+    return [
+        r["time"]
+        for r in records
+        if "seq" in r
+        for e in r["results"]["analytics"]["events"]
+        if e["event"] == "crossed"
+    ]
 
 
 def packet_hashes(path: Path) -> list[bytes]:
@@ -54,9 +60,11 @@ def key_times(path: Path) -> list[float]:
 def test_a_file_gives_one_clip_per_run_of_crossings_with_snapshots_and_history(tmp_path: Path) -> None:
     source = VIDEOS / "carphone_pristine.mp4"
     folder = tmp_path / "rec"
-    recording = (f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 60}}, "
-                 "clips: {pre_s: 1, post_s: 1, annotated: true, events: [{event: crossed, line: door}]}, "
-                 "snapshots: {pick: best}}")
+    recording = (
+        f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 60}}, "
+        "clips: {pre_s: 1, post_s: 1, annotated: true, events: [{event: crossed, line: door}]}, "
+        "snapshots: {pick: best}}"
+    )
     proc = start_cli(*job(tmp_path, str(source), "clip", recording, "--set", "composite=[{kind: boxes}]"))
     _, err = proc.communicate(timeout=200)
     assert proc.returncode == 0, err
@@ -66,7 +74,9 @@ def test_a_file_gives_one_clip_per_run_of_crossings_with_snapshots_and_history(t
     announced = [r for r in records if r.get("event") == "clip" and not r.get("annotated")]
     assert announced, "each clip is announced on the sinks"
     annotated = [r for r in records if r.get("event") == "clip" and r.get("annotated")]
-    assert len(annotated) == len(announced) and all(clips.count_frames(r["path"]) == r["frames"] > 0 for r in annotated)
+    assert len(annotated) == len(announced) and all(
+        clips.count_frames(r["path"]) == r["frames"] > 0 for r in annotated
+    )
     keys = key_times(source)
     for clip in announced:
         mine = [t for t in crossed if clip["first_event_s"] <= t <= clip["last_event_s"]]
@@ -76,12 +86,17 @@ def test_a_file_gives_one_clip_per_run_of_crossings_with_snapshots_and_history(t
         assert clips.count_frames(clip["path"]) == clip["frames"] > 0, "a decoder reads it from start to end"
         end = min(mine[-1] + 1.0, [r for r in records if "seq" in r][-1]["time"])
         assert end - 0.05 <= clip["end_s"] <= end + 0.1, "it ends a post-roll after its last event"
-    assert sorted(t for c in announced for t in crossed if c["first_event_s"] <= t <= c["last_event_s"]) == crossed
+    assert (
+        sorted(t for c in announced for t in crossed if c["first_event_s"] <= t <= c["last_event_s"])
+        == crossed
+    )
     # The passthrough recording: the file's own packets, not re-encoded.
     assert packet_hashes(folder / "clip" / "rec-000000.mp4") == packet_hashes(source)
     history = History.open(str(folder / "events.db"), readonly=True)
     events = history.events(limit=500).items
-    assert len(events) == len(crossed) and all(e["clip"] and os.path.getsize(e["snapshot"]) > 0 for e in events)
+    assert len(events) == len(crossed) and all(
+        e["clip"] and os.path.getsize(e["snapshot"]) > 0 for e in events
+    )
     walls = sorted(e["wall"] for e in events)
     middle = history.events(since=walls[1], until=walls[-1], limit=500).items
     assert sorted(e["wall"] for e in middle) == walls[1:-1], "a time range returns exactly those in it"
@@ -92,8 +107,10 @@ def test_an_rtsp_camera_is_recorded_as_it_sends_and_a_sigkill_keeps_the_clip_up_
     port = rtsp_server.free_port()
     server = rtsp_server.spawn(port, clip=str(VIDEOS / "carphone_pristine.mp4"))
     folder = tmp_path / "rec"
-    recording = (f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 2}}, "
-                 "clips: {pre_s: 1, post_s: 30, events: [{event: track_started}]}}")
+    recording = (
+        f"{{kind: recording, folder: '{folder}', passthrough: {{segment_s: 2}}, "
+        "clips: {pre_s: 1, post_s: 30, events: [{event: track_started}]}}"
+    )
     uri = f"rtsp://127.0.0.1:{port}/live"
     try:
         proc = start_cli(*job(tmp_path, uri, "cam", recording))
@@ -107,7 +124,9 @@ def test_an_rtsp_camera_is_recorded_as_it_sends_and_a_sigkill_keeps_the_clip_up_
         proc.communicate(timeout=30)
         # The passthrough segments play and hold the camera's own pictures.
         segments = sorted((folder / "cam").glob("rec-*.mp4"))
-        assert len(segments) >= 2 and all(clips.count_frames(s) > 0 for s in segments), "every named one plays"
+        assert len(segments) >= 2 and all(clips.count_frames(s) > 0 for s in segments), (
+            "every named one plays"
+        )
         served = _served_frames()
         recorded = [f.to_ndarray(format="gray") for f in av.open(str(segments[0])).decode(video=0)]
         assert all((recorded[i] == served[i % len(served)]).all() for i in range(len(recorded)))
@@ -117,7 +136,9 @@ def test_an_rtsp_camera_is_recorded_as_it_sends_and_a_sigkill_keeps_the_clip_up_
         proc = start_cli(*job(tmp_path, uri, "cam", recording, "source:max_frames: 25"))
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        assert not list((folder / "cam").glob("*.part")), "what the killed run left without a fragment is gone"
+        assert not list((folder / "cam").glob("*.part")), (
+            "what the killed run left without a fragment is gone"
+        )
         history = History.open(str(db), readonly=True)
         cut = history.clips(state=CUT).items
         assert len(cut) == 1 and clips.count_frames(cut[0]["path"]) >= 50  # 3 s at 25 fps, less a fragment
@@ -158,13 +179,17 @@ def test_bad_recording_config_gets_one_line_naming_the_key(tmp_path: Path) -> No
     cases_folder = {"clips: {events: [{event: crossed}]}": ("outputs.1.folder", tmp_path / "file" / "rec")}
     for body, key in [*cases.items(), *((b, k) for b, (k, _) in cases_folder.items())]:
         folder = cases_folder[body][1] if body in cases_folder else tmp_path / "rec"
-        proc = start_cli(*job(tmp_path, str(source), "clip", f"{{kind: recording, folder: '{folder}', {body}}}"))
+        proc = start_cli(
+            *job(tmp_path, str(source), "clip", f"{{kind: recording, folder: '{folder}', {body}}}")
+        )
         _, err = proc.communicate(timeout=120)
         lines = error_lines(err)
         assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], (body, err)
 
 
-def test_a_camera_that_reconnects_is_recorded_on_one_timeline_with_its_outage_as_a_gap(tmp_path: Path) -> None:
+def test_a_camera_that_reconnects_is_recorded_on_one_timeline_with_its_outage_as_a_gap(
+    tmp_path: Path,
+) -> None:
     port = rtsp_server.free_port()
     servers = [rtsp_server.spawn(port, clip=str(VIDEOS / "carphone_pristine.mp4"))]
     folder = tmp_path / "rec"
@@ -172,15 +197,15 @@ def test_a_camera_that_reconnects_is_recorded_on_one_timeline_with_its_outage_as
     uri = f"rtsp://127.0.0.1:{port}/live"
     gap_s = 2.0
     try:
-        proc = start_cli(*job(tmp_path, uri, "cam", recording, "source:reconnect: {initial_s: 0.2, max_s: 0.5}",
-                              "source:timeout_s: 2"))  # fmt: skip
+        reconnect = ("source:reconnect: {initial_s: 0.2, max_s: 0.5}", "source:timeout_s: 2")
+        proc = start_cli(*job(tmp_path, uri, "cam", recording, *reconnect))
         _wait_for(lambda: len(_frames_recorded(tmp_path)) >= 50, proc)
         servers[0].kill()
         servers[0].wait(timeout=10)
         time.sleep(gap_s)
         servers.append(rtsp_server.spawn(port, clip=str(VIDEOS / "carphone_pristine.mp4")))
-        _wait_for(lambda: len(list((folder / "cam").glob("rec-*.mp4"))) >= 2 and len(_frames_recorded(tmp_path)) >= 150,
-                  proc)  # fmt: skip
+        segments_then = lambda: len(list((folder / "cam").glob("rec-*.mp4")))  # noqa: E731
+        _wait_for(lambda: segments_then() >= 2 and len(_frames_recorded(tmp_path)) >= 150, proc)
         os.killpg(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
@@ -190,7 +215,9 @@ def test_a_camera_that_reconnects_is_recorded_on_one_timeline_with_its_outage_as
             server.wait(timeout=10)
     segments = sorted((folder / "cam").glob("rec-*.mp4"))
     assert len(segments) >= 2, "a reconnect starts a segment"
-    assert all(key_times(s) and key_times(s)[0] == clips.video_times(s)[0] for s in segments), "each at a key frame"
+    assert all(key_times(s) and key_times(s)[0] == clips.video_times(s)[0] for s in segments), (
+        "each at a key frame"
+    )
     times = [t for s in segments for t in clips.video_times(s)]
     steps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert min(steps) > 0, "one timeline: every picture after the one before"

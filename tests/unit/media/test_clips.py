@@ -39,8 +39,14 @@ def cutter_for(tmp_path: Path, seconds: int = 20, **roll: float) -> tuple[ClipCu
     src = make_gop_clip(tmp_path / "src.mp4", frames=25 * seconds)
     ring = PacketRing(10.0, 64 << 20)
     names = iter(range(100))
-    cutter = ClipCutter("cam", ring, pre_s=roll.get("pre", 3.0), post_s=roll.get("post", 2.0),
-                        max_s=roll.get("max", 30.0), name=lambda start: str(tmp_path / f"clip-{next(names)}.mp4"))
+    cutter = ClipCutter(
+        "cam",
+        ring,
+        pre_s=roll.get("pre", 3.0),
+        post_s=roll.get("post", 2.0),
+        max_s=roll.get("max", 30.0),
+        name=lambda start: str(tmp_path / f"clip-{next(names)}.mp4"),
+    )
     return cutter, Feed(src, ring)
 
 
@@ -58,7 +64,9 @@ def run(cutter: ClipCutter, feed: Feed, events: list[float], until: float, lag: 
     return closed + cutter.end()
 
 
-def test_a_clip_starts_at_the_key_frame_before_its_pre_roll_and_ends_after_its_post_roll(tmp_path: Path) -> None:
+def test_a_clip_starts_at_the_key_frame_before_its_pre_roll_and_ends_after_its_post_roll(
+    tmp_path: Path,
+) -> None:
     cutter, feed = cutter_for(tmp_path)
     closed = run(cutter, feed, [6.5], until=15)
     assert len(closed) == 1
@@ -100,7 +108,9 @@ def test_an_annotated_clip_is_cut_from_the_composited_frames_encoded_as_they_com
 
     ring = PacketRing(10.0, 64 << 20)
     encoder = AnnotatedEncoder(ring, 160, 120, Fraction(25), Fraction(1, 12800))
-    cutter = ClipCutter("cam", ring, pre_s=1.0, post_s=1.0, max_s=30.0, name=lambda s: str(tmp_path / "a.mp4"))
+    cutter = ClipCutter(
+        "cam", ring, pre_s=1.0, post_s=1.0, max_s=30.0, name=lambda s: str(tmp_path / "a.mp4")
+    )
     closed = []
     for index in range(150):
         encoder.write(clips.draw_frame(index, 160, 120), index * 512)

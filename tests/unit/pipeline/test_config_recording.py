@@ -35,15 +35,30 @@ def test_a_recording_records_something() -> None:
 
 
 def test_labels_lines_zones_sources_and_the_folder_are_checked_against_the_job(tmp_path: Path) -> None:
-    analytics = {"cam": SourceAnalyticsConfig.model_validate({"lines": [{"name": "kerb", "start": [0, 0], "end": [9, 9]}]})}
-    ok = output(folder=str(tmp_path / "rec"), clips={"events": [{"event": "crossed", "line": "kerb", "labels": ["car"]}]})
+    analytics = {
+        "cam": SourceAnalyticsConfig.model_validate(
+            {"lines": [{"name": "kerb", "start": [0, 0], "end": [9, 9]}]}
+        )
+    }
+    ok = output(
+        folder=str(tmp_path / "rec"),
+        clips={"events": [{"event": "crossed", "line": "kerb", "labels": ["car"]}]},
+    )
     assert ok.problems("outputs.0", ["car"], analytics, ["cam"]) is None
-    assert "outputs.0.clips.events.0.labels: 'car' is not a label" in str(ok.problems("outputs.0", ["person"], analytics, ["cam"]))
-    assert "outputs.0.clips.events.0.line: no line 'kerb'" in str(ok.problems("outputs.0", ["car"], {}, ["cam"]))
+    assert "outputs.0.clips.events.0.labels: 'car' is not a label" in str(
+        ok.problems("outputs.0", ["person"], analytics, ["cam"])
+    )
+    assert "outputs.0.clips.events.0.line: no line 'kerb'" in str(
+        ok.problems("outputs.0", ["car"], {}, ["cam"])
+    )
     zone = output(folder=str(tmp_path), clips={"events": [{"event": "entered", "zone": "yard"}]})
     assert "clips.events.0.zone: no zone 'yard'" in str(zone.problems("outputs.0", None, analytics, ["cam"]))
     other = output(folder=str(tmp_path), clips={"events": [{"event": "crossed", "sources": ["door"]}]})
-    assert "clips.events.0.sources: no source 'door'" in str(other.problems("outputs.0", None, analytics, ["cam"]))
+    assert "clips.events.0.sources: no source 'door'" in str(
+        other.problems("outputs.0", None, analytics, ["cam"])
+    )
     (tmp_path / "file").write_text("")
     blocked = output(folder=str(tmp_path / "file" / "rec"), passthrough={})
-    assert "outputs.0.folder: cannot make the folder" in str(blocked.problems("outputs.0", None, analytics, ["cam"]))
+    assert "outputs.0.folder: cannot make the folder" in str(
+        blocked.problems("outputs.0", None, analytics, ["cam"])
+    )

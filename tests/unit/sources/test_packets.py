@@ -32,7 +32,9 @@ def packets_of(path: Path | str, kind: str = "video") -> list[tuple[bytes, int |
     """(sha1 of the bytes, pts, key) of every packet of the first stream of `kind`."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0] if kind == "video" else container.streams.audio[0]
-        return [(hashlib.sha1(bytes(p)).digest(), p.pts, p.is_keyframe) for p in container.demux(stream) if p.size]
+        return [
+            (hashlib.sha1(bytes(p)).digest(), p.pts, p.is_keyframe) for p in container.demux(stream) if p.size
+        ]
 
 
 def test_a_file_recorded_in_key_frame_segments_holds_its_packets_unchanged(tmp_path: Path) -> None:
@@ -57,7 +59,13 @@ def make_gop_clip(path: Path, frames: int, fps: int = 25, audio: bool = True) ->
     with av.open(str(path), mode="w") as container:
         video = container.add_stream("libx264", rate=fps)
         video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
-        video.options = {"preset": "ultrafast", "g": str(fps), "keyint_min": str(fps), "sc_threshold": "0", "bf": "0"}
+        video.options = {
+            "preset": "ultrafast",
+            "g": str(fps),
+            "keyint_min": str(fps),
+            "sc_threshold": "0",
+            "bf": "0",
+        }
         sound = container.add_stream("aac", rate=48000, layout="mono") if audio else None
         written = 0
         for index in range(frames):
@@ -78,9 +86,12 @@ def test_the_audio_is_copied_beside_the_pictures(tmp_path: Path) -> None:
     read_all(tapped(lambda: FileSource("cam", str(src)), "cam", spec))
     out = tmp_path / "rec-0.mp4"
     assert clips.audio_codec(out) == "aac"
-    recorded, source = [h for h, _, _ in packets_of(out, "audio")], [h for h, _, _ in packets_of(src, "audio")]
+    recorded, source = (
+        [h for h, _, _ in packets_of(out, "audio")],
+        [h for h, _, _ in packets_of(src, "audio")],
+    )
     # What came before the first picture has no segment to go in: at most the first packet or two.
-    assert recorded == source[len(source) - len(recorded):] and len(source) - len(recorded) <= 2
+    assert recorded == source[len(source) - len(recorded) :] and len(source) - len(recorded) <= 2
 
 
 def test_retention_deletes_the_oldest_segments(tmp_path: Path) -> None:
@@ -126,7 +137,8 @@ def test_a_killed_recording_plays_up_to_its_last_fragment(tmp_path: Path) -> Non
         "from framewire.sources.packets import PacketTap\n"
         "import av\n"
         f"c = av.open({str(src)!r}); s = c.streams.video[0]\n"
-        f"tap = PacketTap('cam', [PassthroughRecording({str(tmp_path / '{index}.mp4')!r}, 'cam', segment_s=600)], [])\n"
+        f"r = PassthroughRecording({str(tmp_path / '{index}.mp4')!r}, 'cam', segment_s=600)\n"
+        "tap = PacketTap('cam', [r], [])\n"
         "tap.begin([s])\n"
         "for i, p in enumerate(p for p in c.demux(s) if p.size):\n"
         "    tap.packet(p)\n"
