@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "console": ("bench.console", "the web console's previews: the hub's cost per frame with no viewer and one, the encoder's"),
     "triton": ("bench.triton", "ONNX Runtime in the daemon against a Triton server: over gRPC and shared memory"),
     "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),
+    "recording": ("bench.recording", "a stream recorded without re-encoding and its clips' ring, per core"),
     "budget": ("bench.budget", "framewire's cost against the work alone (decode, model, encode); --profile: per process"),
 }
 

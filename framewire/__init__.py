@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from framewire.client import (
-        Client, EndOfStream, FrameRecord, KeyRefused, Message, ProtocolError, SegmentClosed, parse,
+        ClipClosed, Client, EndOfStream, FrameRecord, KeyRefused, Message, ProtocolError, SegmentClosed,
+        parse,
     )
     from framewire.config import Config, load_config, validate_config
     from framewire.embed import Pipeline
@@ -38,6 +39,7 @@ _PUBLIC = {
     "EngineError": "framewire.pipeline.errors", "SourceError": "framewire.pipeline.errors",
     "UsageError": "framewire.pipeline.errors", "JobFailed": "framewire.pipeline.errors",
     "JobTimeout": "framewire.pipeline.errors", "KeyRefused": "framewire.client",
+    "ClipClosed": "framewire.client",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -9,7 +9,8 @@
 It reads the public wire format (README, "The ZeroMQ output"): `[topic, header JSON, JPEG?,
 arrays...]` (the JPEG when the header has `image`, then one part per entry of its `arrays`). Each
 message becomes a `FrameRecord` (a frame's results), an `EndOfStream` (a source ended) or a
-`SegmentClosed` (a video_file output closed a segment). A `pub` output drops what a slow subscriber
+`SegmentClosed` (a video_file output closed a segment) or a `ClipClosed` (a recording output closed
+an event clip). A `pub` output drops what a slow subscriber
 cannot take without telling anyone; the client counts those losses from the gaps in each topic's
 message numbers (`lost`, `lost_by_source`), and the messages it missed before its first one of a
 stream (`missed_at_start`: a stream's numbers start at 0, or at the header's `msg_start`); a `pub`
@@ -91,7 +92,25 @@ class SegmentClosed:
     header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
-Message = FrameRecord | EndOfStream | SegmentClosed
+@dataclass(frozen=True)
+class ClipClosed:
+    """A recording output closed an event clip (docs: Recordings): its file, its span on the source's
+    timeline, and the ids of its events in the output's history."""
+
+    source: str
+    output: str
+    path: str
+    start_s: float
+    end_s: float
+    frames: int
+    bytes: int
+    events: tuple[int, ...] = ()
+    annotated: bool = False
+    deleted: tuple[str, ...] = ()
+    header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+Message = FrameRecord | EndOfStream | SegmentClosed | ClipClosed
 
 
 class ProtocolError(FramewireError, ValueError):
@@ -175,6 +194,13 @@ def _typed(header: dict[str, Any], jpeg: bytes | None, arrays: dict[str, np.ndar
             source, str(header["output"]), str(header["path"]), int(header["index"]), str(header["start"]),
             int(header["frames"]), float(header["duration_s"]), int(header["bytes"]),
             tuple(str(p) for p in header.get("deleted") or ()), header,
+        )  # fmt: skip
+    if header.get("event") == "clip":
+        return ClipClosed(
+            source, str(header["output"]), str(header["path"]),
+            float(header["start_s"]), float(header["end_s"]),
+            int(header["frames"]), int(header["bytes"]), tuple(int(e) for e in header.get("events") or ()),
+            bool(header.get("annotated")), tuple(str(p) for p in header.get("deleted") or ()), header,
         )  # fmt: skip
     return FrameRecord(
         source=source, seq=int(header["seq"]), pts=int(header["pts"]), time=float(header["time"]),

@@ -6,7 +6,6 @@ corrupt data and files that end early raise `SourceError` instead of silently lo
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +21,8 @@ import cv2
 import numpy as np
 
 from framewire.media import yuv
+from framewire.media.seek import seek_past
+from framewire.media.stream_info import PacketSink, StreamInfo
 from framewire.pipeline.errors import SourceError
 from framewire.pipeline.uris import local_path, redact
 
@@ -31,66 +32,6 @@ _FALLBACK_FPS = Fraction(25)
 TEXT_CODECS = frozenset({"ansi", "bintext", "xbin", "idf"})
 """What FFmpeg's text-mode demuxers (tty for .txt/.nfo/.asc, bin, xbin, idf) decode: text drawn as
 frames. A text file given as a video would otherwise run as dozens of frames of coloured letters."""
-
-
-@dataclass(frozen=True)
-class StreamInfo:
-    """What a source holds, found at open; sent over the wire, so `to_dict()` is plain JSON."""
-
-    source_id: str
-    uri: str  # redacted: safe to log and to send
-    width: int
-    height: int
-    fps: Fraction  # average frame rate, or a guess when the container has none
-    time_base: Fraction  # unit of every pts of this source
-    frame_count: int | None  # from the container; None when it does not say (mkv, live)
-    duration_s: float | None
-    has_audio: bool
-    audio_codec: str | None
-    is_file: bool
-
-    @property
-    def frame_duration(self) -> int:
-        """One frame's duration in time_base units (at least 1)."""
-        return max(1, round(1 / (self.fps * self.time_base)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: Fractions become "num/den" strings."""
-        return {
-            "source_id": self.source_id,
-            "uri": self.uri,
-            "width": self.width,
-            "height": self.height,
-            "fps": f"{self.fps.numerator}/{self.fps.denominator}",
-            "time_base": f"{self.time_base.numerator}/{self.time_base.denominator}",
-            "frame_count": self.frame_count,
-            "duration_s": self.duration_s,
-            "has_audio": self.has_audio,
-            "audio_codec": self.audio_codec,
-            "is_file": self.is_file,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StreamInfo:
-        """Inverse of `to_dict()`; a missing key or a bad fraction raises ValueError naming it."""
-        try:
-            return cls(
-                source_id=str(data["source_id"]),
-                uri=str(data["uri"]),
-                width=int(data["width"]),
-                height=int(data["height"]),
-                fps=Fraction(data["fps"]),
-                time_base=Fraction(data["time_base"]),
-                frame_count=None if data["frame_count"] is None else int(data["frame_count"]),
-                duration_s=None if data["duration_s"] is None else float(data["duration_s"]),
-                has_audio=bool(data["has_audio"]),
-                audio_codec=data["audio_codec"],
-                is_file=bool(data["is_file"]),
-            )
-        except KeyError as err:
-            raise ValueError(f"StreamInfo: missing key {err.args[0]!r}") from err
-        except (TypeError, ValueError, ZeroDivisionError) as err:
-            raise ValueError(f"StreamInfo: bad value in {dict(data)!r}: {err}") from err
 
 
 @dataclass(slots=True)
@@ -134,6 +75,9 @@ class VideoReader:
         self.audio_sink: Callable[[av.AudioFrame], None] | None = None
         """Live streams: set before `open()`, it receives the stream's own audio, decoded, as the
         packets are demuxed beside the video (sources.audio: `audio.uri: self`)."""
+        self.packet_sink: PacketSink | None = None
+        """Set before `open()`: sees every packet demuxed (video, and audio where there is some),
+        before it is decoded: the passthrough recording and the clips' ring (sources.packets)."""
         self.warn_derived_pts = True
         """Whether the end of a read logs how many frames had no usable pts (a template read again on
         every loop says it once, on its first)."""
@@ -167,6 +111,8 @@ class VideoReader:
         stream.thread_type = "SLICE" if self.live else "AUTO"
         self._container, self._stream = container, stream
         self._info = self._describe(container, stream, shown, is_file=is_file)
+        if self.packet_sink is not None:  # the video's packets, and the first audio stream's
+            self.packet_sink.begin([stream, *container.streams.audio[:1]])
         log.info(
             "source %s: opened %s: %sx%s at %s fps, %s frames, audio %s",
             self.source_id, shown, self._info.width, self._info.height, float(self._info.fps),
@@ -252,7 +198,11 @@ class VideoReader:
         last_pts: int | None = None
         derived = 0
         try:
-            decoded: Iterator[av.VideoFrame] = self._decode_live(container, stream) if self.live else container.decode(stream)
+            decoded: Iterator[av.VideoFrame] = (
+                self._decode_live(container, stream)
+                if self.live or self.packet_sink is not None
+                else container.decode(stream)
+            )
             if self._resume is not None:
                 decoded, index, last_pts = self._skip(*self._resume)
             for frame in decoded:
@@ -281,7 +231,7 @@ class VideoReader:
         """(the frames from index `frame` on, `frame`, the pts before it): by seeking when it can."""
         assert self._container is not None and self._stream is not None
         if after_pts is not None:
-            found = _seek_past(self._container, self._stream, after_pts)
+            found = seek_past(self._container, self._stream, after_pts)
             if found is not None:
                 log.info("source %s: resuming at frame %d: sought past pts %d", self.source_id, frame, after_pts)
                 return found, frame, after_pts
@@ -301,6 +251,8 @@ class VideoReader:
     def close(self) -> None:
         """Release the container; harmless to call twice."""
         if self._container is not None:
+            if self.packet_sink is not None:
+                self.packet_sink.end()
             self._container.close()
             self._container = None
             self._stream = None
@@ -308,28 +260,41 @@ class VideoReader:
     def _decode_live(
         self, container: av.container.InputContainer, stream: av.video.stream.VideoStream
     ) -> Iterator[av.VideoFrame]:
-        """Packet by packet: a packet that does not decode is skipped and counted; an error of the
-        connection itself (or a read timeout) still raises."""
-        audio = container.streams.audio[0] if self.audio_sink is not None and container.streams.audio else None
+        """Packet by packet, each shown to the packet sink first. Live, a packet that does not
+        decode is skipped and counted; an error of the connection itself (or a read timeout) still
+        raises. A file's corrupt packet raises, as `container.decode` does."""
+        sink = self.packet_sink
+        audio = container.streams.audio[0] if container.streams.audio else None
+        if self.audio_sink is None and sink is None:
+            audio = None
         for packet in container.demux(stream) if audio is None else container.demux(stream, audio):
-            if audio is not None and packet.stream is audio:
-                self._audio_packet(audio, packet)
-                continue
-            try:
-                frames = stream.decode(packet)
-            except av.InvalidDataError:
-                self.corrupt += 1
-                continue
+            is_audio = packet.stream is audio
+            frames = self._audio_packet(audio, packet) if is_audio else self._video_packet(stream, packet)
+            if sink is not None and packet.size:
+                sink.packet(packet)  # after decoding it: the sink may hand its data to a muxer
             yield from frames
 
-    def _audio_packet(self, audio: av.audio.stream.AudioStream, packet: av.Packet) -> None:
-        assert self.audio_sink is not None
+    def _video_packet(self, stream: av.video.stream.VideoStream, packet: av.Packet) -> list[av.VideoFrame]:
+        try:
+            return stream.decode(packet)
+        except av.InvalidDataError:
+            if not self.live:
+                raise
+            self.corrupt += 1
+            return []
+
+    def _audio_packet(
+        self, audio: av.audio.stream.AudioStream | None, packet: av.Packet
+    ) -> list[av.VideoFrame]:
+        if self.audio_sink is None or audio is None:
+            return []
         try:
             frames = audio.decode(packet)
         except av.InvalidDataError:
-            return  # a lost audio packet is a gap in the audio ring, counted there
+            return []  # a lost audio packet is a gap in the audio ring, counted there
         for frame in frames:
             self.audio_sink(frame)
+        return []
 
     def __enter__(self) -> VideoReader:
         self.open()
@@ -400,28 +365,6 @@ class VideoReader:
     def _stream_start(self) -> int:
         stream = self._stream
         return stream.start_time if stream is not None and stream.start_time is not None else 0
-
-
-def _seek_past(
-    container: av.container.InputContainer, stream: av.video.stream.VideoStream, after_pts: int
-) -> Iterator[av.VideoFrame] | None:
-    """The frames after pts `after_pts`, decoded from the key frame at or before it; None when the
-    stream's pts cannot say where that is (missing or not increasing, or the seek landed past it)."""
-    try:
-        container.seek(after_pts, stream=stream, backward=True, any_frame=False)
-        decoded = container.decode(stream)
-        previous: int | None = None
-        for frame in decoded:
-            if frame.pts is None or (previous is not None and frame.pts <= previous):
-                return None
-            if previous is None and frame.pts > after_pts:
-                return None  # landed after the frame: the ones between would be lost
-            previous = frame.pts
-            if frame.pts > after_pts:
-                return itertools.chain((frame,), decoded)
-    except av.FFmpegError:
-        return None
-    return iter(())  # the file ends with that frame: nothing is left to do
 
 
 def _not_a_file(path: str) -> str:

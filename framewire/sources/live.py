@@ -139,6 +139,8 @@ class LiveSource:
         self._rescale: Fraction | None = None
         """The current connection's time_base over the first's; None when they are the same."""
         self._step = 1
+        self.packet_sink: Any = None
+        """Set before `open()`: each connection's reader shows it its packets (sources.packets)."""
         self.audio_sink: Callable[[Any, float], None] | None = None
         """Set before `open()`: receives the stream's own audio frames and the offset (seconds) that
         puts them on the source's timeline, the one its frames' pts follow across reconnects."""
@@ -259,6 +261,7 @@ class LiveSource:
             )
             if self.audio_sink is not None:
                 reader.audio_sink = self._audio
+            reader.packet_sink = self.packet_sink
             try:
                 if self.format == "v4l2" and not os.path.exists(self.uri):
                     raise SourceError(f"source {self.source_id}: no camera at {self.shown}")

@@ -23,6 +23,8 @@ from framewire.pipeline.wire import messages as msg
 log = logging.getLogger(__name__)
 
 MAX_EVENT_KEYS = 32
+ANNOUNCED = ("segment", "clip")
+"""What an output may announce: a closed video segment, a closed event clip (stages.outputs.recording)."""
 MAX_DELETED = 1000
 MAX_COUNTERS = 32
 
@@ -54,6 +56,13 @@ class Events:
             return
         source, output = event["source"], event["output"]
         deleted = event.get("deleted") or []
+        if event["event"] == "clip":  # a recording output's event clip: logged, not counted as a segment
+            log.info(
+                "source %s: clip %s closed (%d frames, %d bytes)",
+                source, event["path"], event["frames"], event["bytes"],
+            )  # fmt: skip
+            self._to_outputs(event)
+            return
         self.observer.on_segment(source, output, event["bytes"], len(deleted))
         log.info(
             "source %s: segment %s closed (%d frames, %.1f s, %d bytes)%s",
@@ -99,7 +108,7 @@ class Events:
         """Why an event cannot be taken, or None."""
         if not isinstance(event, dict) or len(event) > MAX_EVENT_KEYS:
             return "not a map of at most 32 keys"
-        if event.get("event") != "segment":
+        if event.get("event") not in ANNOUNCED:
             return f"unknown event {str(event.get('event'))[:32]!r}"
         if event.get("source") not in self.sources():
             return f"unknown source {str(event.get('source'))[:64]!r}"

@@ -270,10 +270,10 @@ class ZmqSink(Stage):
         return ()
 
     def event(self, event: dict[str, Any]) -> None:
-        """A closed segment, published on the source's topic like a frame's header (it has `event`,
-        no `seq`). Other announcements (a live source offline) are not: framewire.Client reads
+        """A closed segment or event clip, published on the source's topic like a frame's header (it has
+        `event`, no `seq`). Other announcements (a live source offline) are not: framewire.Client reads
         segment events only, and its users read the source's state from /sources."""
-        if event.get("event") == "segment":
+        if event.get("event") in ("segment", "clip"):
             self.publisher.send(str(event.get("source")), event)
 
     def stop(self) -> None:

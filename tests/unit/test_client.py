@@ -48,3 +48,17 @@ def test_every_public_method_says_what_it_does() -> None:
     for name, member in inspect.getmembers(Client, inspect.isfunction):
         if not name.startswith("_") or name in ("__init__", "__iter__", "__enter__"):
             assert inspect.getdoc(member), f"Client.{name} has no docstring"
+
+
+def test_a_clip_announcement_is_read_as_a_closed_clip() -> None:
+    import json
+
+    from framewire.client import ClipClosed, parse
+
+    header = {"v": 2, "source": "cam", "event": "clip", "output": "output1.recording", "path": "rec/cam/clips/a.mp4",
+              "id": 4, "start_s": 1.0, "end_s": 9.5, "first_event_s": 4.0, "last_event_s": 4.5, "frames": 212,
+              "bytes": 1000, "events": [7, 8], "deleted": []}  # fmt: skip
+    message = parse([b"cam", json.dumps(header).encode()])
+    assert isinstance(message, ClipClosed)
+    found = (message.path, message.frames, message.events, message.annotated)
+    assert found == ("rec/cam/clips/a.mp4", 212, (7, 8), False)

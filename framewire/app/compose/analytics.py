@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from framewire.app.recordings import check_recordings
 from framewire.config import Config, SourceBase, SourceConfig
 from framewire.config.job import TRACK
 from framewire.pipeline.errors import ConfigError
@@ -31,6 +32,7 @@ def check_tracking(config: Config, labels: Sequence[str] | None) -> None:
         params = resolve_tracking(config.tracking.params)
         class_filter(params.classes, labels, len(labels) if labels else None, "tracking.classes")
     check_analytics(config, labels)
+    check_recordings(config, labels)
 
 
 def check_analytics(config: Config, labels: Sequence[str] | None) -> None:

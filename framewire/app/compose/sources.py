@@ -11,6 +11,7 @@ from typing import Any
 from framewire.app.compose.audio import audio_need, build_steps, check_audio
 from framewire.app.compose.model import build_task
 from framewire.app.compose.outputs import resume_targets
+from framewire.app.recordings import tap_spec
 from framewire.config import Config, SourceBase, SourceConfig
 from framewire.config.job import resume_problem
 from framewire.pipeline.errors import ConfigError
@@ -19,6 +20,7 @@ from framewire.pipeline.plan import SourceOptions, SourcePlan
 from framewire.pipeline.uris import local_path, redact, source_kind
 from framewire.sources import AudioNeed, build_source
 from framewire.sources.file import FileSource
+from framewire.sources.packets import tap_plan
 from framewire.sources.resume import ResumeTargets
 from framewire.stages.tasks.base import Task
 
@@ -30,7 +32,10 @@ every other stream's when the machine is busy (docs/benchmarks.md, "framewire's 
 def source_plans(config: Config) -> tuple[SourcePlan, ...]:
     """The config's sources, each with the audio its steps need and the files it resumes from."""
     need, slots = audio_need(config), config.transport.slots_per_source
-    return tuple(source_plan(s, need, slots, resume_targets(config, s.id)) for s in config.sources)
+    spec = tap_spec(config)  # each source's packets shown to the recording outputs' tap (sources.packets)
+    return tuple(
+        tap_plan(source_plan(s, need, slots, resume_targets(config, s.id)), spec) for s in config.sources
+    )
 
 
 def source_plan(
@@ -83,7 +88,8 @@ def make_source(config: Config, raw: Mapping[str, Any], task: Task | None = None
     if problem:  # the job's outputs must fit resuming, as for the config's own sources
         raise ConfigError(f"source.resume: {problem}")
     slots = config.transport.slots_per_source
-    return source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
+    plan = source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
+    return tap_plan(plan, tap_spec(config))
 
 
 def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:

@@ -43,6 +43,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("http_server.py", "framewire.pipeline.wire.framepool"): "the frame-pool slot the previews are copied from",
     ("http_server.py", "framewire.media.jpeg"): "the daemon's own preview encoder",
     ("engine.py", "framewire.engines"): "reads GPU memory through the backend's own cuda-python binding (`cuda`)",
+    ("recording.py", "framewire.sources.packets"): "measures the decode worker's packet tap itself",
+    ("recording.py", "framewire.media.clips"): "measures the clip output's ring of packets",
+    ("recording.py", "framewire.media.segments"): "the passthrough recording's retention, as the tap takes it",
+    ("recording.py", "framewire.pipeline.wire.packets"): "measures the clips' socket, both ends",
     ("cli.py", "framewire.app.commands"): "CLI glue: the same --config and --set flags as every command",
     ("accuracy.py", "framewire.app.commands"): "CLI glue: the same tolerance flags as `framewire accuracy`",
 }

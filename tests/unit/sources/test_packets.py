@@ -1,0 +1,165 @@
+"""The passthrough recording: the source's own packets in key-frame segments, without re-encoding."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import pytest
+
+from framewire.media.remux import PassthroughRecording, Templates, init_segment
+from framewire.media.segments import Retention
+from framewire.sources.file import FileSource
+from framewire.sources.packets import PacketTap, TapSpec, tapped
+from tests.support import clips
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def read_all(source: object) -> int:
+    source.open()  # type: ignore[attr-defined]
+    count = sum(1 for _ in source.frames())  # type: ignore[attr-defined]
+    source.close()  # type: ignore[attr-defined]
+    return count
+
+
+def packets_of(path: Path | str, kind: str = "video") -> list[tuple[bytes, int | None, bool]]:
+    """(sha1 of the bytes, pts, key) of every packet of the first stream of `kind`."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0] if kind == "video" else container.streams.audio[0]
+        return [
+            (hashlib.sha1(bytes(p)).digest(), p.pts, p.is_keyframe) for p in container.demux(stream) if p.size
+        ]
+
+
+def test_a_file_recorded_in_key_frame_segments_holds_its_packets_unchanged(tmp_path: Path) -> None:
+    src = clips.make_clip(tmp_path / "in.mp4", frames=125, audio=True, width=320, height=240)
+    # make_clip puts a key frame every 250 frames by default: re-encode with one a second.
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=125)
+    spec = TapSpec(passthrough=((str(tmp_path / "rec" / "{source_id}-{index:04d}.mp4"), 1.0, Retention()),))
+    frames = read_all(tapped(lambda: FileSource("cam", str(src)), "cam", spec))
+    assert frames == 125
+    segments = sorted((tmp_path / "rec").glob("cam-*.mp4"))
+    assert [s.name for s in segments] == [f"cam-{i:04d}.mp4" for i in range(5)]  # a key frame a second
+    recorded = [p for s in segments for p in packets_of(s)]
+    assert [(h, k) for h, _, k in recorded] == [(h, k) for h, _, k in packets_of(src)]
+    assert all(packets_of(s)[0][2] for s in segments), "every segment starts at a key frame"
+    times = [t for s in segments for t in clips.video_times(s)]
+    assert times == clips.video_times(src), "the segments' times go on from one to the next"
+    assert not list((tmp_path / "rec").glob("*.part"))
+
+
+def make_gop_clip(path: Path, frames: int, fps: int = 25, audio: bool = True) -> Path:
+    """An H.264 clip with a key frame every second (a camera's), AAC audio beside it."""
+    with av.open(str(path), mode="w") as container:
+        video = container.add_stream("libx264", rate=fps)
+        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
+        video.options = {
+            "preset": "ultrafast",
+            "g": str(fps),
+            "keyint_min": str(fps),
+            "sc_threshold": "0",
+            "bf": "0",
+        }
+        sound = container.add_stream("aac", rate=48000, layout="mono") if audio else None
+        written = 0
+        for index in range(frames):
+            frame = av.VideoFrame.from_ndarray(clips.draw_frame(index, 320, 240), format="bgr24")
+            frame.pts = index
+            container.mux(video.encode(frame))
+            if sound is not None:
+                written = clips._write_tone(container, sound, written, round((index + 1) / fps * 48000))
+        container.mux(video.encode(None))
+        if sound is not None:
+            container.mux(sound.encode(None))
+    return path
+
+
+def test_the_audio_is_copied_beside_the_pictures(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=50)
+    spec = TapSpec(passthrough=((str(tmp_path / "rec-{index}.mp4"), 60.0, Retention()),))
+    read_all(tapped(lambda: FileSource("cam", str(src)), "cam", spec))
+    out = tmp_path / "rec-0.mp4"
+    assert clips.audio_codec(out) == "aac"
+    recorded, source = (
+        [h for h, _, _ in packets_of(out, "audio")],
+        [h for h, _, _ in packets_of(src, "audio")],
+    )
+    # What came before the first picture has no segment to go in: at most the first packet or two.
+    assert recorded == source[len(source) - len(recorded) :] and len(source) - len(recorded) <= 2
+
+
+def test_retention_deletes_the_oldest_segments(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=150, audio=False)
+    spec = TapSpec(passthrough=((str(tmp_path / "r" / "{index}.mp4"), 1.0, Retention(keep_segments=2)),))
+    read_all(tapped(lambda: FileSource("cam", str(src)), "cam", spec))
+    assert sorted(p.name for p in (tmp_path / "r").glob("*.mp4")) == ["4.mp4", "5.mp4"]
+
+
+class FakeConnection:
+    """The streams of a real file, read as a camera's connection would hand them over."""
+
+    def __init__(self, path: Path) -> None:
+        self.container = av.open(str(path))
+        self.streams = [self.container.streams.video[0]]
+
+    def packets(self) -> list[av.Packet]:
+        return [p for p in self.container.demux(self.streams[0]) if p.size]
+
+
+def test_a_reconnected_camera_goes_on_from_where_it_stopped(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=50, audio=False)
+    recording = PassthroughRecording(str(tmp_path / "{index}.mp4"), "cam", segment_s=60)
+    tap = PacketTap("cam", [recording], [])
+    for _ in range(2):  # the camera's clock starts over at each connection
+        connection = FakeConnection(src)
+        tap.begin(connection.streams)
+        for packet in connection.packets():
+            tap.packet(packet)
+        tap.end()
+        time.sleep(0.3)
+    first, second = clips.video_times(tmp_path / "0.mp4"), clips.video_times(tmp_path / "1.mp4")
+    assert len(first) == len(second) == 50
+    gap = second[0] - first[-1]
+    assert 0.3 <= gap < 1.0, f"the second connection starts after the first plus the time offline ({gap})"
+
+
+def test_a_killed_recording_plays_up_to_its_last_fragment(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=250, audio=False)
+    script = (
+        "import os, sys\n"
+        "from framewire.media.remux import PassthroughRecording\n"
+        "from framewire.sources.packets import PacketTap\n"
+        "import av\n"
+        f"c = av.open({str(src)!r}); s = c.streams.video[0]\n"
+        f"r = PassthroughRecording({str(tmp_path / '{index}.mp4')!r}, 'cam', segment_s=600)\n"
+        "tap = PacketTap('cam', [r], [])\n"
+        "tap.begin([s])\n"
+        "for i, p in enumerate(p for p in c.demux(s) if p.size):\n"
+        "    tap.packet(p)\n"
+        "    if i == 130: os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
+    out = tmp_path / "0.mp4"
+    assert out.exists() and not list(tmp_path.glob("*.part"))
+    played = clips.count_frames(out)
+    assert 100 <= played <= 131, played  # every fragment closed before the kill (a key frame a second)
+
+
+def test_the_init_segment_carries_the_codec_to_another_process(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "gop.mp4", frames=10)
+    with av.open(str(src)) as container:
+        init = init_segment(list(container.streams))
+        video = container.streams.video[0]
+        extradata = bytes(video.codec_context.extradata or b"")
+    templates = Templates(init)
+    kinds = [str(s.type) for s in templates.streams]
+    assert kinds == ["video", "audio"]
+    assert bytes(templates.streams[0].codec_context.extradata or b"") == extradata
+    templates.close()
+    assert os.path.getsize(src) > len(init)
