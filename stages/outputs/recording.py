@@ -26,6 +26,7 @@ from framewire.media.annotated import AnnotatedEncoder
 from framewire.media.clips import Clip, ClipCutter, PacketRing
 from framewire.media.history import History
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.stagespec import Facts
 from framewire.pipeline.wire.packets import STREAMS, PacketPull, endpoint_for
 from framewire.stages import detections
 from framewire.stages.outputs.events import EventDetector
@@ -52,6 +53,7 @@ class RecordingSink(Stage):
     """Clips, snapshots and the history of every source (one process for all of them)."""
 
     Config = RecordingOutput
+    facts = Facts(writes_output=True)
 
     def __init__(self, config: RecordingOutput) -> None:
         self.config = config

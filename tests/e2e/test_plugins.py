@@ -115,7 +115,7 @@ def test_an_unknown_output_names_the_ones_there_are(tmp_path: Path, plugin_dir: 
     assert done.returncode == 2
     line = done.stderr.strip()
     assert "\n" not in line
-    assert line.endswith("outputs.0.kind: unknown output 'cvs' (one of csv, hls, jsonl, kafka, mqtt, push, video_file, webhook, zmq; did you mean csv?)")
+    assert line.endswith("outputs.0.kind: unknown output 'cvs' (one of csv, hls, jsonl, kafka, mqtt, push, recording, video_file, webhook, zmq; did you mean csv?)")
 
 
 def test_a_plugins_keys_are_validated_like_a_builtins(tmp_path: Path, plugin_dir: Path, model: Path) -> None:

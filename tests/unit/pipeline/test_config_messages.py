@@ -40,8 +40,8 @@ def error_of(text: str = DEFAULT, *overrides: str, environ: dict[str, str] | Non
         (DEFAULT, ("zzz=1",), "job.yaml: zzz: unknown key"),
         # An output's kind: the kinds there are, and the closest, not pydantic's "Input tag ... found".
         (DEFAULT, ("outputs.1.kind=json",),
-         "job.yaml: outputs.1.kind: unknown output 'json' (one of hls, jsonl, kafka, mqtt, push, video_file, webhook, zmq; did you mean jsonl?)"),
-        (DEFAULT, ("outputs.3={path: x.jsonl}",), "job.yaml: outputs.3.kind: required key is missing (one of hls, jsonl, kafka, mqtt, push, video_file, webhook, zmq)"),
+         "job.yaml: outputs.1.kind: unknown output 'json' (one of hls, jsonl, kafka, mqtt, push, recording, video_file, webhook, zmq; did you mean jsonl?)"),
+        (DEFAULT, ("outputs.3={path: x.jsonl}",), "job.yaml: outputs.3.kind: required key is missing (one of hls, jsonl, kafka, mqtt, push, recording, video_file, webhook, zmq)"),
         # An unknown key comes before other errors of the same config.
         (DEFAULT, ("engine.threads=-1", "stages.fusee=true"), "job.yaml: stages.fusee: unknown key (did you mean fuse?) (and 1 more)"),
         # One prefix, whether the validator names its key in full or from inside its mapping.

@@ -203,7 +203,7 @@ def test_a_family_s_usual_preprocessing_left_at_the_defaults_is_a_warning() -> N
 def test_validate_says_the_warning_and_the_shipped_detectors_give_none(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from framewire.app.compose import check
+    from framewire.app.compose.plan import check
     from framewire.config import load_config, resolve_inputs
 
     root = Path(__file__).resolve().parents[3]
