@@ -85,6 +85,11 @@ def test_the_wheel_holds_the_web_consoles_files(wheel: Path) -> None:
     static = {f"framewire/pipeline/ops/static/{name}" for name in ("index.html", "console.js", "console.css", "favicon.svg")}
     assert static <= names
 
+def test_the_wheel_holds_the_openvino_accuracy_gate(wheel: Path) -> None:
+    """The precisions each shipped model passed are package data: `precision: auto` reads them."""
+    assert "framewire/engines/openvino_gate.json" in set(zipfile.ZipFile(wheel).namelist())
+
+
 def user_project(tmp: Path, clip: Path, out: Path) -> Path:
     """A program with packages of its own named like framewire's folders, importing them first."""
     project = tmp / "project"
