@@ -95,6 +95,11 @@ def test_the_build_says_nothing_about_packages_left_out(wheel: Path) -> None:
     assert "is absent from the `packages` configuration" not in log
 
 
+def test_the_wheel_holds_the_openvino_accuracy_gate(wheel: Path) -> None:
+    """The precisions each shipped model passed are package data: `precision: auto` reads them."""
+    assert "framewire/engines/openvino_gate.json" in set(zipfile.ZipFile(wheel).namelist())
+
+
 def user_project(tmp: Path, clip: Path, out: Path) -> Path:
     """A program with packages of its own named like framewire's folders, importing them first."""
     project = tmp / "project"
