@@ -90,7 +90,9 @@ class StageSpec:
         flags += ["decodes_sources"] if self.decodes_sources else []
         line = f"{self.name:<24} x{self.workers:<3} {', '.join(flags) or '-'}"
         line += f"  [{', '.join(self.members)}]" if self.members else ""
-        return line + (f"  sources {' | '.join(','.join(s) or '-' for s in self.shares)}" if self.shares else "")
+        return line + (
+            f"  sources {' | '.join(','.join(s) or '-' for s in self.shares)}" if self.shares else ""
+        )
 
 
 def middle(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:
@@ -126,7 +128,9 @@ def _check_shares(spec: StageSpec) -> None:
     if spec.shares and not spec.decodes_sources:
         raise ValueError(f"stage {spec.name}: shares sources out but does not decode them")
     if spec.decodes_sources and len(spec.shares) != spec.workers:
-        raise ValueError(f"stage {spec.name}: {len(spec.shares)} shares of sources for {spec.workers} workers")
+        raise ValueError(
+            f"stage {spec.name}: {len(spec.shares)} shares of sources for {spec.workers} workers"
+        )
     shared = [source for share in spec.shares for source in share]
     twice = sorted({source for source in shared if shared.count(source) > 1})
     if twice:

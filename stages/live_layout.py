@@ -57,7 +57,9 @@ def share_out(sources: Sequence[str], workers: int, before: Shares = ()) -> Shar
         emptiest.append(fullest.pop())
 
 
-def live_layout(stages: Sequence[StageSpec], sources: Iterable[SourcePlan], before: Shares = ()) -> list[StageSpec]:
+def live_layout(
+    stages: Sequence[StageSpec], sources: Iterable[SourcePlan], before: Shares = ()
+) -> list[StageSpec]:
     """The job's stages with the live sources decoded where the model runs: the middle stages fused
     (stages.fused: a live frame never leaves its worker until its outputs), the model's stage marked
     `decodes_sources` with each worker's share. Unchanged without a live source or a model's stage."""

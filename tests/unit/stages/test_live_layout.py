@@ -4,12 +4,11 @@ workers, file sources left to their decode workers, and a rebalance that moves o
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
 from framewire.pipeline.stagespec import StageSpec, check_specs
 from framewire.stages.live_layout import live_layout, live_sources, rebalance, share_out
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.timeout(60)
 
