@@ -1,0 +1,137 @@
+"""What a worker of the live layout runs its model on: the newest frame of each source it decodes,
+taken one at a time, the source that has waited longest first.
+
+A reader thread a source `put`s each frame it reads; the model's thread `take`s. Each source waits with
+at most one frame, so a slow model drops frames at the source, as its policy says: `drop_oldest` keeps
+the frame just read (the one waiting is dropped), `drop_newest` keeps the one waiting. A frame older
+than its source's `max_staleness_ms` when taken is dropped as stale. Every drop is counted per source,
+and a source's frames are taken in `seq` order (a frame only ever replaces an older one). The share is
+what bench/live_peer.py's plain per-core program does with a lock and a dict, with the policies and
+counts framewire keeps for every live source (pipeline.plan.SourceOptions, Report).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from framewire.pipeline.plan import Policy, SourceOptions
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A frame read and not yet taken: its source, its seq (per source, from 0), its pixels and times."""
+
+    source: str
+    seq: int
+    image: Any
+    pts: int
+    time_s: float
+    read_at: float
+    """When it was read (the share's clock, seconds)."""
+
+
+@dataclass
+class Counts:
+    """One source's frames: read, taken by the model, and dropped (overflow: replaced by or losing to
+    another frame while the model was busy; stale: past `max_staleness_ms` when taken; lost: waiting when
+    the source left)."""
+
+    read: int = 0
+    taken: int = 0
+    overflow: int = 0
+    stale: int = 0
+    lost: int = 0
+    next_seq: int = field(default=0, repr=False)
+
+
+class LiveShare:
+    """The sources one worker decodes, each with at most one frame waiting for the model."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._options: dict[str, SourceOptions] = {}
+        self._waiting: dict[str, Waiting] = {}
+        self._served: dict[str, float] = {}
+        """When each source last had a frame taken (or joined): the oldest goes first."""
+        self._counts: dict[str, Counts] = {}
+
+    def add(self, source: str, options: SourceOptions) -> None:
+        """A source joins the share (a rebalance, or the worker's start); its seqs start at 0."""
+        if options.policy == Policy.BLOCK:
+            raise ValueError(f"source {source}: a block source keeps its decode worker, not a live share")
+        with self._lock:
+            if source in self._options:
+                raise ValueError(f"source {source} is already in this worker's share")
+            self._options[source] = options
+            self._served[source] = self._clock()
+            self._counts[source] = Counts()
+
+    def remove(self, source: str) -> Counts:
+        """The source leaves (it ended, failed or moved): a frame still waiting is lost, counted. Returns
+        its counts; the other sources go on untouched."""
+        with self._lock:
+            self._options.pop(source)
+            self._served.pop(source)
+            counts = self._counts.pop(source)
+            if self._waiting.pop(source, None) is not None:
+                counts.lost += 1
+            return counts
+
+    def put(self, source: str, image: Any, pts: int, time_s: float) -> None:
+        """A frame its reader thread just read; under a busy model, one of it and the waiting frame is
+        dropped as the source's policy says."""
+        with self._lock:
+            options, counts = self._options.get(source), self._counts.get(source)
+            if options is None or counts is None:
+                return  # it left while its reader was reading: its reader is told to stop
+            counts.read += 1
+            frame = Waiting(source, counts.next_seq, image, pts, time_s, self._clock())
+            counts.next_seq += 1
+            if source in self._waiting:
+                counts.overflow += 1
+                if options.policy == Policy.DROP_NEWEST:
+                    return
+            self._waiting[source] = frame
+            self._lock.notify()
+
+    def take(self, timeout_s: float) -> Waiting | None:
+        """The frame of the source that has waited longest for the model, stale ones dropped on the way;
+        None if none came within `timeout_s`."""
+        deadline = self._clock() + timeout_s
+        with self._lock:
+            while True:
+                frame = self._oldest_fresh()
+                if frame is not None:
+                    return frame
+                left = deadline - self._clock()
+                if left <= 0:
+                    return None
+                self._lock.wait(left)
+
+    def _oldest_fresh(self) -> Waiting | None:
+        now = self._clock()
+        for source in sorted(self._waiting, key=self._served.__getitem__):
+            frame = self._waiting.pop(source)
+            counts, limit = self._counts[source], self._options[source].staleness_ms
+            if limit is not None and (now - frame.read_at) * 1000.0 > limit:
+                counts.stale += 1
+                continue
+            counts.taken += 1
+            self._served[source] = now
+            return frame
+        return None
+
+    def counts(self) -> Mapping[str, Counts]:
+        """Each source's counts so far (copies)."""
+        with self._lock:
+            return {s: Counts(**vars(c)) for s, c in self._counts.items()}
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._options)
