@@ -12,13 +12,18 @@ counts framewire keeps for every live source (pipeline.plan.SourceOptions, Repor
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from framewire.pipeline.plan import Policy, SourceOptions
+from framewire.pipeline.errors import one_line
+from framewire.pipeline.frame import FrameSource, LiveFrameSource, SourceInterrupted
+from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -135,3 +140,62 @@ class LiveShare:
     def sources(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._options)
+
+
+class SourceReader:
+    """One source of a share, read on its own thread (built, opened and read there, as its decode worker
+    would): each frame `put` into the share. A source that fails leaves the share alone with its error;
+    the worker's other sources go on. `stop` asks it to end (a live source hears it while it waits)."""
+
+    def __init__(self, source: SourcePlan, share: LiveShare) -> None:
+        self.source_id = source.source_id
+        self._plan, self._share = source, share
+        self._stop = threading.Event()
+        self.info: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.counts: Counts | None = None
+        """Its counts once it has left the share."""
+        share.add(self.source_id, source.options)
+        self._thread = threading.Thread(
+            target=self._run, name=f"framewire-read-{self.source_id}", daemon=True
+        )
+
+    def start(self) -> SourceReader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait for it to end; False if it is still reading after `timeout_s`."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    @property
+    def ended(self) -> bool:
+        return self.counts is not None
+
+    def _run(self) -> None:
+        reader: FrameSource | None = None
+        try:
+            reader = self._plan.factory()
+            if isinstance(reader, LiveFrameSource):
+                reader.set_interrupt(self._stop.is_set)
+            self.info = reader.open()
+            for image, pts, time_s in reader.frames():
+                if self._stop.is_set():
+                    break
+                self._share.put(self.source_id, image, pts, time_s)
+        except SourceInterrupted:
+            pass
+        except Exception as exc:  # its own failure: the share's other sources go on
+            self.error = one_line(exc)
+            log.warning("source %s failed: %s", self.source_id, self.error)
+        finally:
+            if reader is not None:
+                try:
+                    reader.close()
+                except Exception:
+                    log.debug("closing source %s failed", self.source_id, exc_info=True)
+            self.counts = self._share.remove(self.source_id)
