@@ -192,6 +192,7 @@ class SourceReader:
         except Exception as exc:  # its own failure: the share's other sources go on
             self.error = one_line(exc)
             log.warning("source %s failed: %s", self.source_id, self.error)
+            log.debug("source %s failed", self.source_id, exc_info=True)
         finally:
             if reader is not None:
                 try:
