@@ -64,28 +64,51 @@ class LiveShare:
         self._served: dict[str, float] = {}
         """When each source last had a frame taken (or joined): the oldest goes first."""
         self._counts: dict[str, Counts] = {}
+        self._ending: set[str] = set()
+        self._ended: dict[str, Counts] = {}
+        """Sources that ended with their last frame taken (or none waiting), by their final counts."""
 
     def add(self, source: str, options: SourceOptions) -> None:
         """A source joins the share (a rebalance, or the worker's start); its seqs start at 0."""
         if options.policy == Policy.BLOCK:
             raise ValueError(f"source {source}: a block source keeps its decode worker, not a live share")
         with self._lock:
-            if source in self._options:
+            if source in self._options or source in self._ending:
                 raise ValueError(f"source {source} is already in this worker's share")
             self._options[source] = options
             self._served[source] = self._clock()
             self._counts[source] = Counts()
 
     def remove(self, source: str) -> Counts:
-        """The source leaves (it ended, failed or moved): a frame still waiting is lost, counted. Returns
-        its counts; the other sources go on untouched."""
+        """The source leaves at once (it moves to another worker): a frame still waiting is lost,
+        counted. Returns its counts; the other sources go on untouched."""
         with self._lock:
-            self._options.pop(source)
-            self._served.pop(source)
-            counts = self._counts.pop(source)
+            self._ending.discard(source)
+            counts = self._forget(source)
             if self._waiting.pop(source, None) is not None:
                 counts.lost += 1
             return counts
+
+    def end(self, source: str) -> None:
+        """Its reader read its last frame (the stream ended, or failed): the frame still waiting is
+        taken as any other, then the source leaves (`ended`)."""
+        with self._lock:
+            if source not in self._options:
+                return
+            if source in self._waiting:
+                self._ending.add(source)
+            else:
+                self._ended[source] = self._forget(source)
+
+    def ended(self, source: str) -> Counts | None:
+        """The final counts of a source that ended and left; None while it is in the share."""
+        with self._lock:
+            return self._ended.get(source)
+
+    def _forget(self, source: str) -> Counts:
+        self._options.pop(source)
+        self._served.pop(source)
+        return self._counts.pop(source)
 
     def put(self, source: str, image: Any, pts: int, time_s: float) -> None:
         """A frame its reader thread just read; under a busy model, one of it and the waiting frame is
@@ -125,11 +148,19 @@ class LiveShare:
             counts, limit = self._counts[source], self._options[source].staleness_ms
             if limit is not None and (now - frame.read_at) * 1000.0 > limit:
                 counts.stale += 1
+                self._finish(source)
                 continue
             counts.taken += 1
             self._served[source] = now
+            self._finish(source)
             return frame
         return None
+
+    def _finish(self, source: str) -> None:
+        """An ending source whose last frame just left (taken or stale) leaves the share."""
+        if source in self._ending:
+            self._ending.discard(source)
+            self._ended[source] = self._forget(source)
 
     def counts(self) -> Mapping[str, Counts]:
         """Each source's counts so far (copies)."""
@@ -153,8 +184,6 @@ class SourceReader:
         self._stop = threading.Event()
         self.info: dict[str, Any] | None = None
         self.error: str | None = None
-        self.counts: Counts | None = None
-        """Its counts once it has left the share."""
         share.add(self.source_id, source.options)
         self._thread = threading.Thread(
             target=self._run, name=f"framewire-read-{self.source_id}", daemon=True
@@ -171,6 +200,11 @@ class SourceReader:
         """Wait for it to end; False if it is still reading after `timeout_s`."""
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+    @property
+    def counts(self) -> Counts | None:
+        """Its final counts once it ended and its last frame left the share; None before."""
+        return self._share.ended(self.source_id)
 
     @property
     def ended(self) -> bool:
@@ -199,4 +233,4 @@ class SourceReader:
                     reader.close()
                 except Exception:
                     log.debug("closing source %s failed", self.source_id, exc_info=True)
-            self.counts = self._share.remove(self.source_id)
+            self._share.end(self.source_id)
