@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,9 @@ from framewire.pipeline.frame import FrameSource, LiveFrameSource, SourceInterru
 from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
 
 log = logging.getLogger(__name__)
+
+STOP_WAIT_S = 1.0
+"""How long a rebalance waits for a reader that leaves to stop (a frame interval is plenty)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class LiveShare:
         with self._lock:
             if source in self._options or source in self._ending:
                 raise ValueError(f"source {source} is already in this worker's share")
+            self._ended.pop(source, None)  # back on this worker: its counts start again
             self._options[source] = options
             self._served[source] = self._clock()
             self._counts[source] = Counts()
@@ -234,3 +238,36 @@ class SourceReader:
                 except Exception:
                     log.debug("closing source %s failed", self.source_id, exc_info=True)
             self._share.end(self.source_id)
+
+
+class Readers:
+    """A worker's readers, one a source of its share. `apply` takes the share the layout gives it now
+    (stages.live_layout.rebalance): it starts readers for sources new to it and stops those that moved
+    away, the frame each had waiting lost and counted; the sources that stay are not touched."""
+
+    def __init__(self, share: LiveShare, plans: Mapping[str, SourcePlan]) -> None:
+        self.share, self.plans = share, plans
+        self.readers: dict[str, SourceReader] = {}
+
+    def apply(self, sources: Sequence[str]) -> dict[str, Counts]:
+        """Read exactly `sources` from now on; returns the counts of the sources that left."""
+        gone: dict[str, Counts] = {}
+        for source in [s for s in self.readers if s not in sources]:
+            reader = self.readers.pop(source)
+            reader.stop()
+            # A reader stops at its next frame; until it does, it could put one more frame, which a
+            # reader started for the same source on this worker later must not get.
+            reader.join(STOP_WAIT_S)
+            ended = reader.counts
+            gone[source] = ended if ended is not None else self.share.remove(source)
+        for source in sources:
+            if source not in self.readers:
+                self.readers[source] = SourceReader(self.plans[source], self.share).start()
+        return gone
+
+    def stop_all(self, timeout_s: float) -> bool:
+        """Ask every reader to end and wait for them; False if one is still reading after `timeout_s`."""
+        for reader in self.readers.values():
+            reader.stop()
+        deadline = time.monotonic() + timeout_s
+        return all(r.join(max(0.0, deadline - time.monotonic())) for r in self.readers.values())

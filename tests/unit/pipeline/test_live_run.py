@@ -11,7 +11,7 @@ import pytest
 from framewire.pipeline.frame import Frame, StageContext
 from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
 from framewire.pipeline.worker.live_run import LiveRunner, pixels
-from framewire.pipeline.worker.live_share import LiveShare, SourceReader, Waiting
+from framewire.pipeline.worker.live_share import LiveShare, Readers, SourceReader, Waiting
 from framewire.stages.fused import Fused
 
 from tests.support import fakes
@@ -92,3 +92,27 @@ def test_pending_pixels_are_converted_only_when_taken() -> None:
     assert pixels(Pending()).shape == (4, 6, 3) and int(pixels(Pending())[0, 0, 0]) == 7
     image = np.zeros((2, 2, 3), np.uint8)
     assert pixels(image) is image
+
+
+def test_a_rebalance_moves_only_the_sources_that_leave_and_counts_what_they_held() -> None:
+    share = LiveShare()
+    plans = {
+        s: SourcePlan(s, functools.partial(fakes.SyntheticSource, s, 2000, delay_s=0.005), LIVE)
+        for s in "abc"
+    }
+    readers = Readers(share, plans)
+    assert readers.apply(["a", "b"]) == {}
+    kept = readers.readers["b"]
+    time.sleep(0.2)
+    gone = readers.apply(["b", "c"])
+    assert list(gone) == ["a"] and gone["a"].read > 0
+    assert gone["a"].read == gone["a"].taken + gone["a"].overflow + gone["a"].stale + gone["a"].lost
+    assert readers.readers["b"] is kept and set(share.sources) == {"b", "c"}
+    seen: set[str] = set()
+    deadline = time.monotonic() + 10
+    while seen != {"b", "c"} and time.monotonic() < deadline:
+        frame = share.take(0.1)
+        if frame is not None:
+            seen.add(frame.source)
+    assert seen == {"b", "c"}
+    assert readers.stop_all(5)

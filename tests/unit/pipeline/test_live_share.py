@@ -119,3 +119,17 @@ def test_reader_threads_and_the_model_keep_each_source_in_order_and_account_for_
         assert counts.read == per_source
         assert counts.taken == len(seqs) and seqs[-1] == per_source - 1  # the last frame read is taken
         assert counts.taken + counts.overflow + counts.stale == per_source
+
+
+def test_a_source_that_ended_can_join_again_with_fresh_counts() -> None:
+    share = LiveShare(Clock())
+    share.add("cam", OLDEST)
+    share.put("cam", 1, 0, 0.0)
+    share.end("cam")
+    assert share.ended("cam") is None  # its last frame still waits
+    frame = share.take(0)
+    assert frame is not None and frame.seq == 0
+    ended = share.ended("cam")
+    assert ended is not None and (ended.read, ended.taken, ended.lost) == (1, 1, 0)
+    share.add("cam", OLDEST)
+    assert share.ended("cam") is None and share.counts()["cam"].read == 0
