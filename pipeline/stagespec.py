@@ -66,7 +66,8 @@ class StageSpec:
     batching model stage); None: the plan's."""
     decodes_sources: bool = False
     """Its workers decode their share of the live sources themselves (the live layout,
-    stages.live_layout): no decode worker, and no FRAME, WORK or GRANT, for those sources."""
+    stages.live_layout): no decode worker, and no FRAME, WORK or GRANT, for those sources. Not yet
+    acted on by the hub (issue 38 part 2): no config asks for it."""
     shares: tuple[tuple[str, ...], ...] = ()
     """With `decodes_sources`: the live sources each worker decodes, by worker index."""
 
