@@ -18,6 +18,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
+from framewire.pipeline.wire import messages as msg
+from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout, ring_of
+from framewire.pipeline.plan import Policy
 from framewire.pipeline.errors import FramewireError, one_line
 from framewire.pipeline.frame import (
     AudioFrameSource,
@@ -27,12 +31,10 @@ from framewire.pipeline.frame import (
     PendingPixels,
     SourceInterrupted,
 )
-from framewire.pipeline.plan import Policy, SourceOptions
-from framewire.pipeline.stagespec import DECODE
-from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout, ring_of
 from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
+from framewire.pipeline.plan import SourceOptions
+from framewire.pipeline.stagespec import DECODE
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import zmq
+
 from framewire.pipeline import logs
+from framewire.pipeline.worker import heap
 from framewire.pipeline.plan import SourceOptions
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.shm import sweep_orphans
-from framewire.pipeline.worker import heap
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+
+from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
-from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.framepool import PoolCache
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
 
