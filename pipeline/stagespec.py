@@ -64,6 +64,12 @@ class StageSpec:
     credits: int | None = None
     """Frames each worker may hold, where it differs from the plan's `credits_per_worker` (a
     batching model stage); None: the plan's."""
+    decodes_sources: bool = False
+    """Its workers decode their share of the live sources themselves (the live layout,
+    stages.live_layout): no decode worker, and no FRAME, WORK or GRANT, for those sources. Not yet
+    acted on by the hub (issue 38 part 2): no config asks for it."""
+    shares: tuple[tuple[str, ...], ...] = ()
+    """With `decodes_sources`: the live sources each worker decodes, by worker index."""
 
     @classmethod
     def of(cls, name: str, workers: int, factory: Callable[[], Any], facts: Facts, **more: Any) -> StageSpec:
@@ -82,8 +88,12 @@ class StageSpec:
     def describe(self) -> str:
         """One line: `infer  x2  sheds, skips_stale  [preprocess, infer, postprocess]`."""
         flags = [f.name for f in dataclasses.fields(Facts) if getattr(self, f.name)]
+        flags += ["decodes_sources"] if self.decodes_sources else []
         line = f"{self.name:<24} x{self.workers:<3} {', '.join(flags) or '-'}"
-        return line + (f"  [{', '.join(self.members)}]" if self.members else "")
+        line += f"  [{', '.join(self.members)}]" if self.members else ""
+        return line + (
+            f"  sources {' | '.join(','.join(s) or '-' for s in self.shares)}" if self.shares else ""
+        )
 
 
 def middle(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:
@@ -98,7 +108,7 @@ def outputs(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:
 
 def check_specs(stages: Iterable[StageSpec]) -> None:
     """Raise ValueError on a list the runtime cannot run: names repeated, no worker, middle stages after
-    an output, an output with more than one worker."""
+    an output, an output with more than one worker, sources shared out to workers it lacks or twice."""
     seen: set[str] = set()
     output_seen = False
     for spec in stages:
@@ -112,3 +122,17 @@ def check_specs(stages: Iterable[StageSpec]) -> None:
         if output_seen and not spec.writes_output:
             raise ValueError(f"stage {spec.name}: comes after an output")
         output_seen = output_seen or spec.writes_output
+        _check_shares(spec)
+
+
+def _check_shares(spec: StageSpec) -> None:
+    if spec.shares and not spec.decodes_sources:
+        raise ValueError(f"stage {spec.name}: shares sources out but does not decode them")
+    if spec.decodes_sources and len(spec.shares) != spec.workers:
+        raise ValueError(
+            f"stage {spec.name}: {len(spec.shares)} shares of sources for {spec.workers} workers"
+        )
+    shared = [source for share in spec.shares for source in share]
+    twice = sorted({source for source in shared if shared.count(source) > 1})
+    if twice:
+        raise ValueError(f"stage {spec.name}: source {twice[0]} is in more than one worker's share")
