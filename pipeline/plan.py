@@ -76,8 +76,10 @@ class EventStore(Protocol):
     """One recording output's event history as the HTTP API reads it (app.history_http opens the
     SQLite store read-only for each question); pipeline.ops.recordings serves it."""
 
-    name: str
-    """The output's stage name (`output2.recording`): `?output=` picks it."""
+    @property
+    def name(self) -> str:
+        """The output's stage name (`output2.recording`): `?output=` picks it."""
+        ...
 
     def events(self, filters: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
         """A page of events, newest first, and the cursor of the next (None at the end)."""
