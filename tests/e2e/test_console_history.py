@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from framewire.client import ClipClosed, Client
 from tests.e2e.helpers import VIDEOS, read_jsonl, start_cli
 from tests.support.components import chromium
 from tests.support.ports import free_port
@@ -83,9 +85,15 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
     folder = tmp_path / "rec"
     recording = (f"{{kind: recording, folder: '{folder}', clips: {{pre_s: 1, post_s: 1, "
                  "events: [{event: crossed, line: door}]}, snapshots: {pick: first}}")  # fmt: skip
+    endpoint = f"ipc://{tmp_path}/out.sock"
+    client, heard, done = Client(endpoint, mode="pull"), [], threading.Event()
+    listener = threading.Thread(target=_listen, args=(client, heard, done), daemon=True)
+    listener.start()
+    outputs = f"[{{kind: jsonl, path: '{tmp_path}/{{source_id}}.jsonl'}}, {recording}, " \
+              f"{{kind: zmq, endpoint: '{endpoint}', mode: push}}]"
     proc = start_cli(
         "run", "--no-progress", "--set", f"sources=[{{id: door, uri: '{VIDEOS / 'carphone_pristine.mp4'}'}}]",
-        "--set", f"outputs=[{{kind: jsonl, path: '{tmp_path}/{{source_id}}.jsonl'}}, {recording}]",
+        "--set", f"outputs={outputs}",
         "--set", "tracking={}", "--set", LINE, "--set", "http.enabled=true", "--set", f"http.port={port}",
         "--set", "http.keep_running=true", "--set", "http.token=${FW_TOKEN}", env_extra={"FW_TOKEN": TOKEN},
     )  # fmt: skip
@@ -96,6 +104,9 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
         # The clips' announcements carry their URL, which serves the clip (a <video> asks for ranges).
         announced = [r for r in read_jsonl(tmp_path / "door.jsonl") if r.get("event") == "clip"]
         assert announced and all(r["url"] == f"{url}/clips/{r['id']}?output=output1.recording" for r in announced)
+        _until(lambda: len(heard) == len(announced), proc, timeout=30)  # on the zmq output too
+        assert sorted(m.url or "" for m in heard) == sorted(r["url"] for r in announced)
+        assert sorted(m.path for m in heard) == sorted(r["path"] for r in announced)
         status, body, headers = _get(announced[0]["url"], {"Range": "bytes=0-99"})
         assert (status, len(body), headers["Content-Type"]) == (206, 100, "video/mp4")
 
@@ -135,6 +146,9 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
         refused = "error: Failed to load resource: the server responded with a status of 401 (Unauthorized)"
         assert problems == [refused]  # the first question, before the page had the token
     finally:
+        done.set()
+        listener.join(timeout=10)
+        client.close()
         try:
             urllib.request.urlopen(urllib.request.Request(
                 url + "/stop", method="POST", headers={"Authorization": f"Bearer {TOKEN}"}), timeout=10)  # fmt: skip
@@ -147,6 +161,14 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
                 proc.kill()
                 proc.communicate()
     assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+
+
+def _listen(client: Client, heard: list[ClipClosed], done: threading.Event) -> None:
+    """The zmq output's clip announcements, read as framewire.Client reads them."""
+    while not done.is_set():
+        message = client.receive(timeout=0.2)
+        if isinstance(message, ClipClosed):
+            heard.append(message)
 
 
 def _filter(page: Any, values: dict[str, str]) -> None:
