@@ -34,7 +34,8 @@ def browser() -> Iterator[Any]:
 
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
-            executable_path=str(chromium()), args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required"]
+            executable_path=str(chromium()),
+            args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required"],
         )
         try:
             yield launched
@@ -70,8 +71,10 @@ def _until(predicate: Callable[[], Any], proc: subprocess.Popen[str], timeout: f
 def _ended(url: str) -> bool:
     listed = _json(url + "/sources")
     clips = _json(url + "/clips")
-    return bool(listed and [s["state"] for s in listed["sources"]] == ["ended"]
-                and clips and clips["clips"] and all(c["state"] == "done" for c in clips["clips"]))  # fmt: skip
+    if not (listed and clips and clips["clips"]):
+        return False
+    ended = [s["state"] for s in listed["sources"]] == ["ended"]
+    return ended and all(c["state"] == "done" for c in clips["clips"])
 
 
 def _local(wall: float) -> str:
@@ -79,7 +82,9 @@ def _local(wall: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(wall))
 
 
-def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp_path: Path, browser: Any) -> None:
+def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(
+    tmp_path: Path, browser: Any
+) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     folder = tmp_path / "rec"
@@ -100,10 +105,12 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
     try:
         _until(lambda: _ended(url), proc)
         events = _json(url + "/events?limit=500")["events"]
-        assert len(events) >= 2 and all(e["event"] == "crossed" and e["snapshot_url"] and e["clip_url"] for e in events)
+        assert len(events) >= 2
+        assert all(e["event"] == "crossed" and e["snapshot_url"] and e["clip_url"] for e in events)
         # The clips' announcements carry their URL, which serves the clip (a <video> asks for ranges).
         announced = [r for r in read_jsonl(tmp_path / "door.jsonl") if r.get("event") == "clip"]
-        assert announced and all(r["url"] == f"{url}/clips/{r['id']}?output=output1.recording" for r in announced)
+        assert announced
+        assert all(r["url"] == f"{url}/clips/{r['id']}?output=output1.recording" for r in announced)
         _until(lambda: len(heard) == len(announced), proc, timeout=30)  # on the zmq output too
         assert sorted(m.url or "" for m in heard) == sorted(r["url"] for r in announced)
         assert sorted(m.path for m in heard) == sorted(r["path"] for r in announced)
@@ -112,15 +119,18 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
 
         page = browser.new_page(viewport={"width": 1100, "height": 900})
         problems: list[str] = []
-        page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning")
+                else None)  # fmt: skip
         page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
         page.goto(url + "/history")
         page.locator("#token-form").wait_for()
         page.fill("#token", TOKEN)
         page.click("#token-form button[type=submit]")
         rows = page.locator("#events tbody tr")
-        page.wait_for_function(f"() => document.querySelectorAll('#events tbody tr').length === {len(events)}")
-        assert [int(r) for r in rows.evaluate_all("rows => rows.map(r => r.dataset.event)")] == [e["id"] for e in events]
+        all_rows = f"() => document.querySelectorAll('#events tbody tr').length === {len(events)}"
+        page.wait_for_function(all_rows)
+        shown = rows.evaluate_all("rows => rows.map(r => Number(r.dataset.event))")
+        assert shown == [e["id"] for e in events]
         page.wait_for_function("() => [...document.querySelectorAll('#events img.snapshot')]"
                                ".every(img => img.complete && img.naturalWidth > 0)")  # fmt: skip
         assert page.locator("#events img.snapshot").count() == len(events)
@@ -130,16 +140,16 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
         page.locator("#none").wait_for()
         walls = [e["wall"] for e in events]
         _filter(page, {"#f-source": "door", "#f-place": "door", "#f-since": _local(int(min(walls)))})
-        page.wait_for_function(f"() => document.querySelectorAll('#events tbody tr').length === {len(events)}")
+        page.wait_for_function(all_rows)
         _filter(page, {"#f-since": _local(int(max(walls)) + 1)})
         page.locator("#none").wait_for()
         _filter(page, {"#f-since": ""})
-        page.wait_for_function(f"() => document.querySelectorAll('#events tbody tr').length === {len(events)}")
+        page.wait_for_function(all_rows)
 
         rows.first.locator("button.play").click()
         page.wait_for_function("() => document.querySelector('#player').currentTime > 0.5", timeout=30000)
-        played = page.evaluate("() => { const v = document.querySelector('#player');"
-                               " return {clip: v.dataset.clip, error: v.error, duration: v.duration}; }")  # fmt: skip
+        played = page.evaluate("() => { const v = document.querySelector('#player'); return "
+                               "{clip: v.dataset.clip, error: v.error, duration: v.duration}; }")  # fmt: skip
         assert played["error"] is None and played["duration"] > 0.5
         assert int(played["clip"]) == events[0]["clip_id"]
         page.close()
@@ -150,8 +160,9 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(tmp
         listener.join(timeout=10)
         client.close()
         try:
-            urllib.request.urlopen(urllib.request.Request(
-                url + "/stop", method="POST", headers={"Authorization": f"Bearer {TOKEN}"}), timeout=10)  # fmt: skip
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            stop = urllib.request.Request(url + "/stop", method="POST", headers=bearer)
+            urllib.request.urlopen(stop, timeout=10)
         except OSError:
             pass
         try:
