@@ -17,8 +17,8 @@
     GET    /, /console/...     the web console and its data (pipeline.ops.console)
 
 HEAD works wherever GET does. A query string is read only where a route names its parameters
-(`?since=`, `?after=`, `?token=`, the history's filters) and ignored everywhere else (`/metrics?x=1`, a probe's cache
-buster). The control endpoints need `Authorization: Bearer <token>` when `http.token` is set.
+(`?since=`, `?after=`, `?token=`, the history's filters) and ignored everywhere else (`/metrics?x=1`,
+a probe's cache buster). The control endpoints need `Authorization: Bearer <token>` when `http.token` is set.
 
 The server is uvicorn (its h11 protocol, pipeline.ops.http_protocol) running the Starlette
 application of pipeline.ops.api on an event loop in the `framewire-http` thread. It never touches
