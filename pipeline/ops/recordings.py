@@ -32,7 +32,6 @@ EVENTS = "/events"
 CLIPS = "/clips"
 CLIP = "/clips/{clip_id}"
 SNAPSHOT = "/snapshots/{event_id}"
-TEXT = ("source", "label", "place", "event", "state", "output")
 NUMBERS = ("since", "until")
 COUNTS = ("before", "limit")
 MP4, JPEG = "video/mp4", "image/jpeg"
@@ -100,7 +99,7 @@ class Recordings:
             for alias in ("line", "zone"):
                 if alias in values:
                     values["place"] = values.pop(alias)
-        unknown = sorted(set(values) - {*TEXT, *NUMBERS, *COUNTS, "token"})
+        unknown = sorted(set(values) - {*text, *NUMBERS, *COUNTS, "output", "token"})
         if unknown:
             raise Refusal(HTTPStatus.BAD_REQUEST, f"{unknown[0]}: not a filter here (takes "
                           f"{', '.join((*text, *NUMBERS, *COUNTS, 'output'))})")  # fmt: skip

@@ -161,6 +161,7 @@ def test_without_the_token_the_answer_is_401(
     [("/events?since=yesterday", 400, "since: 'yesterday' is not a time"),
      ("/events?limit=0", 400, "limit: '0' is not a whole number"),
      ("/events?colour=red", 400, "colour: not a filter"),
+     ("/clips?label=car", 400, "label: not a filter here (takes source, state, since"),
      ("/events?output=output9.recording", 404, "output: no recording output 'output9.recording'"),
      ("/clips/999", 404, "no clip 999 in output1.recording"), ("/clips/x", 404, "no clip 'x'"),
      ("/snapshots/1", 404, "no snapshot of event 1")],
