@@ -107,6 +107,8 @@ class ClipClosed:
     events: tuple[int, ...] = ()
     annotated: bool = False
     deleted: tuple[str, ...] = ()
+    url: str | None = None
+    """Where the daemon's HTTP server serves the clip (`GET /clips/<id>`); None where HTTP is off."""
     header: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -200,7 +202,8 @@ def _typed(header: dict[str, Any], jpeg: bytes | None, arrays: dict[str, np.ndar
             source, str(header["output"]), str(header["path"]),
             float(header["start_s"]), float(header["end_s"]),
             int(header["frames"]), int(header["bytes"]), tuple(int(e) for e in header.get("events") or ()),
-            bool(header.get("annotated")), tuple(str(p) for p in header.get("deleted") or ()), header,
+            bool(header.get("annotated")), tuple(str(p) for p in header.get("deleted") or ()),
+            str(header["url"]) if header.get("url") else None, header,
         )  # fmt: skip
     return FrameRecord(
         source=source, seq=int(header["seq"]), pts=int(header["pts"]), time=float(header["time"]),

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from framewire.pipeline import stagespec
 from framewire.pipeline.stagespec import StageSpec
@@ -72,6 +72,32 @@ class SourcePlan:
     run's files (numbered, as a later run in one job does) instead of over them, unless it resumes."""
 
 
+class EventStore(Protocol):
+    """One recording output's event history as the HTTP API reads it (app.history_http opens the
+    SQLite store read-only for each question); pipeline.ops.recordings serves it."""
+
+    @property
+    def name(self) -> str:
+        """The output's stage name (`output2.recording`): `?output=` picks it."""
+        ...
+
+    def events(self, filters: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of events, newest first, and the cursor of the next (None at the end)."""
+        ...
+
+    def clips(self, filters: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of clips, newest first, and the cursor of the next."""
+        ...
+
+    def clip_file(self, clip_id: int) -> str | None:
+        """The clip's file, None when the store has no such clip."""
+        ...
+
+    def snapshot_file(self, event_id: int) -> str | None:
+        """The event's snapshot, None when it has none."""
+        ...
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """Where /metrics, /healthz and the control API listen (see pipeline.control)."""
@@ -89,6 +115,8 @@ class HttpSettings:
     """The most previews a second a watched source is encoded at."""
     hls: tuple[str, ...] = ()
     """The folder templates (`{source_id}`) of the hls outputs, served at /hls/<source_id>/."""
+    recordings: tuple[EventStore, ...] = ()
+    """The recording outputs' event histories, served at /events, /clips and /snapshots."""
     openapi: Callable[[], bytes] | None = None
     """Makes the API's OpenAPI document, served at /openapi.json (app.http_api: built from the models)."""
 

@@ -22,9 +22,9 @@ from framewire.registry import SOURCES
 VERSION = "1"
 """The API's version (its paths and answers); a change that breaks a client raises it."""
 REF = "#/components/schemas/{model}"
-DESCRIPTION = ("The daemon's HTTP API: metrics, health, sources at run time, the console's data. Errors are "
-               '`{"error": "one line"}`. With `http.token` set, the control and data routes need '
-               "`Authorization: Bearer <token>`.")  # fmt: skip
+DESCRIPTION = ("The daemon's HTTP API: metrics, health, sources at run time, the event history, the "
+               'console\'s data. Errors are `{"error": "one line"}`. With `http.token` set, the control and '
+               "data routes need `Authorization: Bearer <token>`.")  # fmt: skip
 
 
 class _Answer(BaseModel):
@@ -77,6 +77,56 @@ class Accepted(_Answer):
     """`{"drain": true}` or `{"stop": true}`: the daemon stops reading and exits."""
 
 
+class Event(_Answer):
+    """An event of the history (media.history), as the outputs announced it."""
+
+    id: int = Field(description="The event's id in its recording output's store.")
+    source: str = Field(description="The source it happened on.")
+    event: str = Field(description="class_appeared, track_started, crossed (a line), entered (a zone), ...")
+    label: str | None = Field(description="The object's class.")
+    place: str | None = Field(description="The line's or the zone's name.")
+    track_id: int | None = Field(description="The track's id, where a tracker runs.")
+    wall: float = Field(description="When, in seconds since the epoch.")
+    time_s: float | None = Field(description="When, on the source's timeline.")
+    clip_id: int | None = Field(description="The clip that holds it.")
+    clip: str | None = Field(description="The clip's file.")
+    snapshot: str | None = Field(description="The snapshot's file.")
+    clip_url: str | None = Field(description="The clip on this server (GET /clips/{clip_id}).")
+    snapshot_url: str | None = Field(description="The snapshot on this server (GET /snapshots/{event_id}).")
+    data: dict[str, Any] = Field(description="The whole event as announced.")
+
+
+class EventPage(BaseModel):
+    """A page of events, newest first."""
+
+    output: str = Field(description="The recording output whose store answered.")
+    events: list[Event] = Field(description="The events of the page.")
+    next: int | None = Field(description="Pass it as `before` for the next page; null at the end.")
+
+
+class Clip(_Answer):
+    """A clip of the history: `writing`, `done`, or `cut` (its writer was killed; it plays up to then)."""
+
+    id: int = Field(description="The clip's id.")
+    source: str = Field(description="Its source.")
+    path: str = Field(description="Its file.")
+    state: str = Field(description="writing, done or cut.")
+    start_wall: float = Field(description="Its first frame, in seconds since the epoch.")
+    end_wall: float | None = Field(description="Its last frame, once done.")
+    frames: int = Field(description="Video frames in it, once done.")
+    bytes: int = Field(description="Its size.")
+    events: list[int] = Field(description="The ids of the events in it.")
+    url: str = Field(description="The clip on this server (GET /clips/{clip_id}).")
+
+
+class ClipPage(BaseModel):
+    """A page of clips, newest first."""
+
+    output: str = Field(description="The recording output whose store answered.")
+    clips: list[Clip] = Field(description="The clips of the page.")
+    next: int | None = Field(description="Pass it as `before` for the next page; null at the end.")
+
+
 def _json(model: str, description: str) -> dict[str, Any]:
     schema = {"$ref": REF.format(model=model)}
     return {"description": description, "content": {"application/json": {"schema": schema}}}
@@ -99,11 +149,28 @@ UNAUTHORISED = _json("Error", "Missing or wrong bearer token (http.token).")
 _ERRORS = {"401": UNAUTHORISED, "413": _json("Error", "The body is over 1 MiB."),
            "503": _json("Error", "The daemon is stopping.")}  # fmt: skip
 _TEXT = _content("text/plain", "The metrics.", {"type": "string"})
-_FILE = _content("application/octet-stream", "The file.", {"type": "string", "format": "binary"})
+_BINARY = {"type": "string", "format": "binary"}
+_FILE = _content("application/octet-stream", "The file.", _BINARY)
 _STREAM = _content("text/event-stream", "A stream of `event: stats`.", {"type": "string"})
 _NEW_SOURCE = {"required": True, "content": {"application/json": {"schema": {}}},  # document() fills it
                "description": "A `sources:` item, chosen by its `kind` (or its uri), validated as the "
                               "config file's sources are."}  # fmt: skip
+
+
+_HISTORY = (
+    _param("since", "query", "number"),
+    _param("until", "query", "number"),
+    _param("before", "query", "integer"),
+    _param("limit", "query", "integer"),
+    _param("output", "query"),
+)
+_BAD_FILTER = _json("Error", "A filter that is not one, or not a number.")
+_NO_STORE = _json("Error", "No recording output with clips (or none of that `output` name).")
+_NOT_THERE = {"404": _json("Error", "No such item, or its file is gone."), "401": UNAUTHORISED}
+
+
+def _file_token(*params: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    return (*params, _param("output", "query"), _param("token", "query"))
 
 
 def _probe(name: str, summary: str) -> dict[str, Any]:
@@ -138,6 +205,25 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "hls_file", "An hls output's playlist or segment (the token: header, ?token= or cookie).",
         {"200": _FILE, "404": _json("Error", "No such file."), "401": UNAUTHORISED},
         _param("source_id"), _param("name"), _param("token", "query"))},
+    "/events": {"get": _op(
+        "list_events", "The recording outputs' events, newest first, paged; `since` inclusive, `until` not.",
+        {"200": _json("EventPage", "A page."), "400": _BAD_FILTER,
+         "404": _NO_STORE, "401": UNAUTHORISED},
+        *(_param(name, "query") for name in ("source", "label", "place", "event")), *_HISTORY)},
+    "/clips": {"get": _op(
+        "list_clips", "The clips whose start is in the range, newest first, paged.",
+        {"200": _json("ClipPage", "A page."), "400": _BAD_FILTER,
+         "404": _NO_STORE, "401": UNAUTHORISED},
+        _param("source", "query"), _param("state", "query"), *_HISTORY)},
+    "/clips/{clip_id}": {"get": _op(
+        "clip_file", "A clip's MP4; Range requests are answered (206), so a <video> seeks.",
+        {"200": _content("video/mp4", "The clip.", _BINARY),
+         "206": _content("video/mp4", "The range asked for.", _BINARY),
+         **_NOT_THERE}, *_file_token(_param("clip_id", kind="integer")))},
+    "/snapshots/{event_id}": {"get": _op(
+        "snapshot_file", "An event's snapshot JPEG.",
+        {"200": _content("image/jpeg", "The snapshot.", _BINARY), **_NOT_THERE},
+        *_file_token(_param("event_id", kind="integer")))},
     "/console/stats": {"get": _op(
         "console_stats", "The console's figures, with the chart points after `since`.",
         {"200": _content("application/json", "The figures."), "400": _json("Error", "since is not a time."),
@@ -165,7 +251,7 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         schemas[model.__name__] = schema
         if {"$ref": REF.format(model=model.__name__)} not in kinds:
             kinds.append({"$ref": REF.format(model=model.__name__)})
-    for model in (Error, SourceState, SourceList, Removing, Probe, Accepted):
+    for model in (Error, SourceState, SourceList, Removing, Probe, Accepted, EventPage, ClipPage):
         schema = model.model_json_schema(ref_template=REF)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema

@@ -40,6 +40,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
 CREATE INDEX IF NOT EXISTS snapshots_by_event ON snapshots (event_id);
 """
 
+DB = "events.db"
+"""The store's file name in its recording output's folder."""
 WRITING, DONE, CUT = "writing", "done", "cut"
 MAX_PAGE = 500
 

@@ -23,11 +23,11 @@ from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route, Router
 from starlette.types import Receive, Scope, Send
 
-from framewire.pipeline.ops import hls
+from framewire.pipeline.ops import hls, recordings
 from framewire.pipeline.ops.console import (EVENTS, PREVIEW, PREVIEW_WAIT_S, STATIC, STATS, Console,
                                             preview_answer, query_number)  # fmt: skip
 from framewire.pipeline.ops.metrics import CONTENT_TYPE, Metrics
@@ -49,6 +49,7 @@ class Commands(Protocol):
     metrics: Metrics
     console: Console | None
     hls: hls.HlsFiles
+    recordings: recordings.Recordings
     health: Callable[[], dict[str, Any]]
     openapi: Callable[[], bytes] | None
     closing: threading.Event
@@ -88,6 +89,10 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/stop": ("POST",),
     "/openapi.json": ("GET", "HEAD"),
     "/hls/{source_id}/{name}": ("GET", "HEAD"),
+    recordings.EVENTS: ("GET", "HEAD"),
+    recordings.CLIPS: ("GET", "HEAD"),
+    recordings.CLIP: ("GET", "HEAD"),
+    recordings.SNAPSHOT: ("GET", "HEAD"),
     STATS: ("GET", "HEAD"),
     EVENTS: ("GET",),
     PREVIEW + "{source_id}": ("GET", "HEAD"),
@@ -173,6 +178,9 @@ class _Handlers:
             "/metrics": self.metrics, "/openapi.json": self.openapi, "/hls/{source_id}/{name}": self.hls_file,
             "/sources": self.sources, "/sources/{source_id}": self.remove, EVENTS: self.events,
             PREVIEW + "{source_id}": self.preview,
+            recordings.EVENTS: self.history("events"), recordings.CLIPS: self.history("clips"),
+            recordings.CLIP: self.history_file("clip", "clip_id"),
+            recordings.SNAPSHOT: self.history_file("snapshot", "event_id"),
             "/drain": self.command("drain"), "/stop": self.command("stop"),
             **{path: self.probe(keys) for path, keys in PROBES.items()},
             **{path: self.console for path in console_paths},
@@ -230,6 +238,41 @@ class _Handlers:
         if not found.content_type:
             raise Refused(found.status, found.body.decode())
         return answer(found.status, found.body, found.content_type, found.headers)
+
+    def history(self, listing: str) -> Handler:
+        """A page of the recording outputs' events or clips (pipeline.ops.recordings)."""
+
+        async def handle(request: Request) -> Response:
+            self.authorise(request)
+            asked = getattr(self.control.recordings, listing)
+            try:
+                page = await run_in_threadpool(asked, request.url.query)
+            except recordings.Refusal as refusal:
+                raise Refused(refusal.status, refusal.error) from None
+            return json_answer(HTTPStatus.OK, page, {"Cache-Control": "no-store"})
+
+        return handle
+
+    def history_file(self, kind: str, key: str) -> Handler:
+        """A clip (Range requests answered: a <video> seeks) or a snapshot; the token as hls takes it."""
+
+        async def handle(request: Request) -> Response:
+            files, query = self.control.hls, request.url.query
+            if not files.authorised(files.token_of(query, request.headers.get("authorization"),
+                                                   request.headers.get("cookie"))):  # fmt: skip
+                raise Refused(
+                    HTTPStatus.UNAUTHORIZED, "missing or wrong token (a bearer header, ?token= or the cookie)"
+                )
+            asked = getattr(self.control.recordings, kind)
+            try:
+                found = await run_in_threadpool(asked, request.path_params[key], query)
+            except recordings.Refusal as refusal:
+                raise Refused(refusal.status, refusal.error) from None
+            return FileResponse(
+                found.path, media_type=found.content_type, headers={"Cache-Control": "no-cache"}
+            )
+
+        return handle
 
     def _console(self, request: Request) -> Console:
         if self.control.console is None:

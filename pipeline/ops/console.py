@@ -2,6 +2,9 @@
 removes sources through the control API.
 
     GET /                          the page (static: index.html, console.js, console.css, favicon)
+    GET /history                   the events page (history.html, history.js): the recording outputs'
+                                   events with their snapshots, filtered, a clip played (GET /events,
+                                   /clips/<id>, /snapshots/<id>: pipeline.ops.recordings)
     GET /console/stats?since=T     each source's state, counts, fps and latency p50/p99 over the last
                                    seconds, and their history for the charts (ops.live): the last
                                    three minutes, or only the points after time T
@@ -35,6 +38,8 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/console/console.js": ("console.js", "text/javascript; charset=utf-8"),
     "/console/console.css": ("console.css", "text/css; charset=utf-8"),
+    "/history": ("history.html", "text/html; charset=utf-8"),
+    "/console/history.js": ("history.js", "text/javascript; charset=utf-8"),
     "/favicon.svg": ("favicon.svg", "image/svg+xml"),
     "/favicon.ico": ("favicon.svg", "image/svg+xml"),
 }

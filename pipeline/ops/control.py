@@ -9,14 +9,16 @@
     POST   /sources            add a source: a JSON object with the keys of a `sources:` item
     DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
     GET    /hls/<id>/<file>    an hls output's playlist (index.m3u8) and segments (pipeline.ops.hls)
+    GET    /events, /clips     the recording outputs' event history, in pages (pipeline.ops.recordings)
+    GET    /clips/<id>         a clip (Range requests answered), /snapshots/<event id> a snapshot
     GET    /openapi.json       the API's OpenAPI 3.1 document (built from the config's models)
     POST   /drain              stop reading every source, finish what is in flight, exit
     POST   /stop               stop now (frames in flight are not finished)
     GET    /, /console/...     the web console and its data (pipeline.ops.console)
 
 HEAD works wherever GET does. A query string is read only where a route names its parameters
-(`?since=`, `?after=`, `?token=`) and ignored everywhere else (`/metrics?x=1`, a probe's cache
-buster). The control endpoints need `Authorization: Bearer <token>` when `http.token` is set.
+(`?since=`, `?after=`, `?token=`, the history's filters) and ignored everywhere else (`/metrics?x=1`,
+a probe's cache buster). The control endpoints need `Authorization: Bearer <token>` when `http.token` is set.
 
 The server is uvicorn (its h11 protocol, pipeline.ops.http_protocol) running the Starlette
 application of pipeline.ops.api on an event loop in the `framewire-http` thread. It never touches
@@ -45,9 +47,10 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from framewire.pipeline.ops import hls
+from framewire.pipeline.ops import hls, recordings
 from framewire.pipeline.ops.console import Console
 from framewire.pipeline.ops.metrics import Metrics
+from framewire.pipeline.plan import EventStore
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,7 @@ class ControlServer:
         *,
         console: Console | None = None,
         hls_folders: tuple[str, ...] = (),
+        stores: tuple[EventStore, ...] = (),
         openapi: Callable[[], bytes] | None = None,
     ) -> None:
         # uvicorn and Starlette are imported by a job that serves HTTP only (every job imports this)
@@ -104,6 +108,7 @@ class ControlServer:
         self.metrics = metrics
         self.console = console
         self.hls = hls.HlsFiles(hls_folders, token)
+        self.recordings = recordings.Recordings(stores)
         self.health = health
         self.token = token
         self.openapi = openapi

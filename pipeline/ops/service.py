@@ -92,7 +92,8 @@ class Operations:
             console = Console(live or LiveStats(), self.previews)
         try:
             self.server = ControlServer(http.host, http.port, http.token, metrics, health, console=console,
-                                        hls_folders=http.hls, openapi=http.openapi)
+                                        hls_folders=http.hls, stores=http.recordings,
+                                        openapi=http.openapi)
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         forgetting = self._forgetting(forget)

@@ -24,8 +24,9 @@ from framewire.config.recording import ClipRule, RecordingOutput
 from framewire.media import yuv
 from framewire.media.annotated import AnnotatedEncoder
 from framewire.media.clips import Clip, ClipCutter, PacketRing
-from framewire.media.history import History
+from framewire.media.history import DB, History
 from framewire.pipeline.frame import Frame, Stage, StageContext
+from framewire.pipeline.ops.recordings import clip_url
 from framewire.pipeline.stagespec import Facts
 from framewire.pipeline.wire.packets import STREAMS, PacketPull, endpoint_for
 from framewire.stages import detections
@@ -34,8 +35,6 @@ from framewire.stages.outputs.record import RECORD_VERSION, composited_image, fr
 from framewire.stages.outputs.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
-
-DB = "events.db"
 
 
 def matches(rule: ClipRule, event: Mapping[str, Any]) -> bool:
@@ -65,6 +64,9 @@ class RecordingSink(Stage):
         self.cutters: dict[str, ClipCutter] = {}
         self.annotated: dict[str, tuple[AnnotatedEncoder, ClipCutter]] = {}
         """`clips.annotated`: each source's encoder of its composited frames, and the clips cut from it."""
+        self.http_url: str | None = None
+        """The daemon's HTTP server (`http://127.0.0.1:8700`; "" where its port is picked at start), set
+        by compose where HTTP is on: each clip's announcement then carries its `url` as well."""
         self._clock: dict[str, tuple[float, float]] = {}
         """Each source's latest frame: (its time on the source's timeline, when it was read, epoch)."""
 
@@ -201,7 +203,14 @@ class RecordingSink(Stage):
                 "first_event_s": round(clip.first_event_s, 6), "last_event_s": round(clip.last_event_s, 6),
                 "frames": clip.frames, "bytes": size, "events": [e for e in clip.events if e is not None],
                 "deleted": pruned.paths, **({"annotated": True} if annotated else {}),
+                **self._url(clip),
             })  # fmt: skip
+
+    def _url(self, clip: Clip) -> dict[str, str]:
+        """The clip's URL on the HTTP server, for its announcement (none where HTTP is off)."""
+        if self.http_url is None or clip.id is None:
+            return {}
+        return {"url": self.http_url + clip_url(self.ctx.stage, clip.id)}
 
     def flush(self, source_id: str) -> Iterable[Frame]:
         if self.history is None:

@@ -60,5 +60,8 @@ def test_a_clip_announcement_is_read_as_a_closed_clip() -> None:
               "bytes": 1000, "events": [7, 8], "deleted": []}  # fmt: skip
     message = parse([b"cam", json.dumps(header).encode()])
     assert isinstance(message, ClipClosed)
-    found = (message.path, message.frames, message.events, message.annotated)
-    assert found == ("rec/cam/clips/a.mp4", 212, (7, 8), False)
+    found = (message.path, message.frames, message.events, message.annotated, message.url)
+    assert found == ("rec/cam/clips/a.mp4", 212, (7, 8), False, None)
+    url = "http://127.0.0.1:8700/clips/4?output=output1.recording"
+    message = parse([b"cam", json.dumps({**header, "url": url}).encode()])
+    assert isinstance(message, ClipClosed) and message.url == url

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from framewire.config import Config
+from framewire.app.history_http import history_stores
 from framewire.config.video_out import HlsOutput
 from framewire.media import yuv
 from framewire.media.jpeg import jpeg_encoder
@@ -29,6 +30,7 @@ def http_settings(config: Config) -> HttpSettings | None:
         encode_preview=encode,
         preview_fps=c.preview_fps,
         hls=hls,
+        recordings=history_stores(config),
         openapi=_openapi,
     )
 

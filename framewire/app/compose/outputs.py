@@ -10,6 +10,7 @@ from typing import Any
 from framewire import registry
 from framewire.config import Config, JsonlOutput, VideoFileOutput, output_name, resolve_path
 from framewire.config.job import COMPOSITE
+from framewire.config.recording import RecordingOutput
 from framewire.engines.registry import infer_workers
 from framewire.pipeline import paths
 from framewire.pipeline.stagespec import Facts, StageSpec
@@ -71,4 +72,14 @@ def _output(config: Config, index: int) -> Any:
     out = config.outputs[index]
     if isinstance(out, VideoFileOutput) and out.threads == "auto":
         out = out.model_copy(update={"threads": encoder_threads(config)})
-    return registry.OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
+    built = registry.OUTPUTS.get(out.kind, f"outputs.{index}.kind")(out)
+    if isinstance(out, RecordingOutput) and config.http.enabled:
+        built.http_url = http_url(config)  # its clips' announcements carry their URL
+    return built
+
+
+def http_url(config: Config) -> str:
+    """The HTTP server's address as a client writes it; "" where its port is picked at start (0)."""
+    h = config.http
+    host = f"[{h.host}]" if ":" in h.host else h.host
+    return f"http://{host}:{h.port}" if h.port else ""
