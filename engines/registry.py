@@ -314,7 +314,6 @@ def choose_backend(config: EngineConfig, machine: Machine | None = None, *, quie
         # with no package that can use it.
         gpu_packages = machine.tensorrt is not None or "CUDAExecutionProvider" in machine.ort_providers
         unexpected = (gpu_packages or machine.gpus > 0) and not choice.gpu
-        unexpected |= bool(machine.openvino) and choice.backend is Backend.ONNXRUNTIME and not choice.gpu
         level = logging.DEBUG if quiet else logging.WARNING if unexpected else logging.INFO
         log.log(level, "engine.backend auto: %s (%s)", _name(choice.backend), choice.reason)
     return choice

@@ -108,7 +108,7 @@ def test_one_bad_source_does_not_stop_the_others(tmp_path: Path) -> None:
                            width=176, height=144)  # fmt: skip
     cut = clips.make_truncated_copy(full, tmp_path / "cut.avi", fraction=0.5)  # opens at start, fails midway
     args = face_job(tmp_path, VIDEOS / "carphone_pristine.mp4", source_id="good")
-    args += ["--set", "sources.1.id=bad", "--set", f"sources.1.uri={cut}"]
+    args += ["--set", f"sources.1={{id: bad, uri: '{cut}'}}"]
     proc = timed(*args)
     check_error(proc, 1, "bad", "truncated")
     assert len(read_jsonl(tmp_path / "good.jsonl")) == 120

@@ -48,4 +48,4 @@ def test_a_multi_source_job_shows_each_sources_rate_and_state(tmp_path: Path) ->
     assert all(rates[sid] and 5.0 < max(rates[sid]) < 60.0 for sid in rates), (rates, text[-2000:])
     assert re.search(r"\n  back\s+ended\s+0\.0 fps", text)  # back ends first; front goes on
     assert "\x1b[2A\r" in text  # three lines redrawn in place
-    assert re.search(r"\[#+\] 120/120 frames", text) and "framewire: 120 frames in" in text
+    assert re.search(r"\[#+\] 120/120 frames", text) and "framewire: 120 frames from 2 sources in" in text

@@ -115,8 +115,8 @@ def test_signal_stops_reading_drains_and_closes_outputs(tmp_path: Path, sig: sig
     assert time.monotonic() - started < 10
     assert proc.returncode == 0, err
     assert "stopped early" in err and "died" not in err
-    # "clip: N frames" with no "(M read)": every frame the source delivered was written.
-    read = int(re.search(r"^clip: (\d+) frames$", err, re.M).group(1))  # type: ignore[union-attr]
+    # "clip: N frames in T s, R fps" with no "(M read)": every frame the source delivered was written.
+    read = int(re.search(r"^clip: (\d+) frames in [\d.]+ s, [\d.]+ fps$", err, re.M).group(1))  # type: ignore[union-attr]
     records = read_jsonl(tmp_path / "clip.jsonl")
     assert 10 < len(records) == read < 250
     assert [r["seq"] for r in records] == list(range(read))
