@@ -28,7 +28,7 @@ import av
 import av.container
 import av.stream
 
-from framewire.media.segments import PART, Retention
+from framewire.media.segments import PART, Retention, expire_segments
 from framewire.pipeline import paths
 
 log = logging.getLogger(__name__)
@@ -170,21 +170,7 @@ class PassthroughRecording:
         return 0 if last is None else last + 1
 
     def _expire(self, newest: str) -> list[str]:
-        if not self.retention:
-            return []
-        files = []
-        for path in paths.matching(self.template, self.source_id):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            files.append((path, st.st_mtime, st.st_size))
-        files.sort(key=lambda f: (f[0] == newest, f[1], f[0]))
-        deleted = []
-        for path in self.retention.expired(files, time.time()):
-            if _remove(path):
-                deleted.append(path)
-        return deleted
+        return expire_segments(self.template, self.source_id, self.retention, newest, "recording")
 
 
 def init_segment(templates: Sequence[av.stream.Stream]) -> bytes:

@@ -213,25 +213,32 @@ class Recording:
         self.on_segment(segment)
 
     def _apply_retention(self, newest: str) -> list[str]:
-        if not self.retention:
-            return []
-        files = []
-        for path in paths.matching(self.template, self.source_id):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            files.append((path, st.st_mtime, st.st_size))
-        # Oldest first; the segment just closed last whatever the clock says.
-        files.sort(key=lambda f: (f[0] == newest, f[1], f[0]))
-        deleted = []
-        for path in self.retention.expired(files, time.time()):
-            try:
-                os.remove(path)
-                deleted.append(path)
-            except OSError as exc:
-                log.warning("video_file output %s: cannot delete an old segment: %s", path, exc.strerror or exc)
-        return deleted
+        return expire_segments(self.template, self.source_id, self.retention, newest, "video_file output")
+
+
+def expire_segments(
+    template: str, source_id: str, retention: Retention | None, newest: str, owner: str
+) -> list[str]:
+    """Delete a source's files of `template` that `retention` lets go, oldest first, never `newest`
+    (the segment just closed sorts last whatever the clock says); the paths deleted."""
+    if not retention:
+        return []
+    files = []
+    for path in paths.matching(template, source_id):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        files.append((path, st.st_mtime, st.st_size))
+    files.sort(key=lambda f: (f[0] == newest, f[1], f[0]))
+    deleted = []
+    for path in retention.expired(files, time.time()):
+        try:
+            os.remove(path)
+            deleted.append(path)
+        except OSError as exc:
+            log.warning("%s %s: cannot delete an old segment: %s", owner, path, exc.strerror or exc)
+    return deleted
 
 
 def _sync(path: str) -> None:
