@@ -70,6 +70,9 @@ class SourcePlan:
     ran_before: bool = False
     """It ran before on another replica of a fleet (taken over): its file outputs write beside that
     run's files (numbered, as a later run in one job does) instead of over them, unless it resumes."""
+    item: Mapping[str, Any] | None = None
+    """The `sources:` item it was built from at run time (the control API's, the fleet's): a worker of
+    the live layout builds it again from that (`Plan.make_source`); None: one of the config's."""
 
 
 class EventStore(Protocol):

@@ -10,12 +10,17 @@ stages into the model's process: stages.fused), so the chain is written once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 DECODE = "decode"
 """The stage the runtime runs itself for every source: its decode worker reads it into the frame pool."""
+
+
+Shares = tuple[tuple[str, ...], ...]
+"""The live sources each worker of a stage decodes (the live layout), by worker index, each share in
+the order its sources came."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +71,9 @@ class StageSpec:
     batching model stage); None: the plan's."""
     decodes_sources: bool = False
     """Its workers decode their share of the live sources themselves (the live layout,
-    stages.live_layout): no decode worker, and no FRAME, WORK or GRANT, for those sources. Not yet
-    acted on by the hub (issue 38 part 2): no config asks for it."""
-    shares: tuple[tuple[str, ...], ...] = ()
+    stages.live_layout; `stages.layout: live`): no decode worker, and no FRAME or WORK, for those
+    sources (pipeline.hub.live, pipeline.worker.live_loop)."""
+    shares: Shares = ()
     """With `decodes_sources`: the live sources each worker decodes, by worker index."""
 
     @classmethod
@@ -94,6 +99,32 @@ class StageSpec:
         return line + (
             f"  sources {' | '.join(','.join(s) or '-' for s in self.shares)}" if self.shares else ""
         )
+
+
+def share_out(sources: Sequence[str], workers: int, before: Shares = ()) -> Shares:
+    """`sources` over `workers` workers, as evenly as can be (counts differ by at most one).
+
+    A source in `before` on a worker that still exists stays there; sources that are gone leave;
+    new ones go to the worker with the fewest (the lowest index on a tie); then, while one worker has
+    two more than another, the fullest gives its newest source to the emptiest. So a rebalance moves
+    only the sources it must: a worker restarted keeps its share, and a source added moves none.
+    """
+    if workers < 1:
+        raise ValueError(f"share_out needs at least one worker, not {workers}")
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"share_out: a source named twice in {list(sources)}")
+    wanted = set(sources)
+    shares = [[s for s in share if s in wanted] for share in before[:workers]]
+    shares += [[] for _ in range(workers - len(shares))]
+    placed = {s for share in shares for s in share}
+    for source in sources:
+        if source not in placed:
+            min(shares, key=len).append(source)  # min keeps the first of equals: the lowest index
+    while True:
+        fullest, emptiest = max(shares, key=len), min(shares, key=len)
+        if len(fullest) - len(emptiest) < 2:
+            return tuple(tuple(share) for share in shares)
+        emptiest.append(fullest.pop())
 
 
 def middle(stages: Iterable[StageSpec]) -> tuple[StageSpec, ...]:

@@ -60,6 +60,15 @@ class StagesConfig(_Model):
         description="Run every output in one process instead of one process each: fewer hops per "
         "frame; an output that is slow holds the others up.",
     )
+    layout: Literal["default", "live"] = Field(
+        default="default",
+        description="How live sources (a drop policy) reach the model. default: each source has a decode "
+        "process that hands its frames to the hub, which sends them to an infer worker. live: the infer "
+        "workers share the live sources out and each decodes its own share, running the model on the "
+        "newest frame of the source that waited longest; no decode process and two hops fewer a frame "
+        "(implies stages.fuse; block sources keep their decode process either way; "
+        "docs/guides/scaling.md, The live layout).",
+    )
     frame_format: Literal["auto", "bgr"] = Field(
         default="auto",
         description="How frames wait in the frame pool: auto keeps them as decoded, YUV 4:2:0, when "

@@ -27,10 +27,11 @@ from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
-from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.hub.inputs import Inputs, SourceRecord
+from framewire.pipeline.hub.live import LiveLayout, admit, lose_worker
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
-from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
+from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker
 from framewire.pipeline.hub.routing import FrameState, Router
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
@@ -41,6 +42,8 @@ _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 TICK_MS = 50
 END_WAIT_S = 2.0
 """How long the hub waits for the EOS of a decode worker that exited cleanly (`_await_end`)."""
+_FROM_SHARE = frozenset({msg.LIVE, msg.SHARE, msg.STREAM, msg.EOS, msg.STATS})
+"""What a live-layout worker sends for a source of its share (a STATS without a source: its counters)."""
 Progress = Callable[[int, int | None], None]
 """Called with the frames done so far and the job's total, when every source says it."""
 
@@ -80,7 +83,10 @@ class Hub:
             on_done=self._frame_done,
         )
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
-        self.inputs = Inputs(plan, self.router, self.lifecycle)
+        decodes = next((s for s in plan.middle if s.decodes_sources), None)
+        self.live = LiveLayout(decodes, self.roster) if decodes is not None else None
+        """The live layout's share-out of the live sources (stages.layout: live); None: each its decode worker."""
+        self.inputs = Inputs(plan, self.router, self.lifecycle, self.live)
         self.events = Events(observer, self.roster, plan, self.known_sources)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
@@ -160,7 +166,7 @@ class Hub:
             self.observer.on_bad_message(msg.bad_message_reason(str(exc)))
             log.warning("dropped a bad message from %r: %s", identity, exc)
 
-    def _from_decode(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def _from_decode(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         kind = header["type"]
         opened = self.inputs.handle(worker, kind, header, tensors)
         record = self.inputs.sources.get(worker.source_id)
@@ -173,6 +179,10 @@ class Hub:
     def _from_stage(
         self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
     ) -> None:
+        if self.live is not None and peer.stage == self.live.stage and kind in _FROM_SHARE:
+            if kind != msg.STATS or "source" in header:
+                self._from_share(peer, kind, header, tensors)
+                return
         if kind == msg.READY:
             self.on_ready(peer, ReadyHeader.read(header))
         elif kind == msg.RESULT:
@@ -199,6 +209,8 @@ class Hub:
         peer.announce(ready.credits)
         if ready.provider is not None:
             self.observer.on_provider(peer.stage, peer.index, ready.provider)
+        if self.live is not None:
+            self.live.on_ready(peer, self._running)
         if peer.stage in self.plan.output_names:  # an output learns the streams before their frames
             for record in self.inputs.sources.values():
                 if record.info is not None:
@@ -229,6 +241,26 @@ class Hub:
         if spec.feeds_tracks:
             self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors))
+
+    def _from_share(self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+        """The live layout: a worker of the model's stage speaks for a source of its share."""
+        assert self.live is not None
+        sid = str(header.get("released") if kind == msg.SHARE else header.get("source"))
+        record = self.inputs.sources.get(sid)
+        if record is None or not isinstance(record.worker, ShareWorker):
+            log.debug("%s message from %s for source %s, which it does not read", kind, peer.name, sid)
+        elif kind == msg.LIVE:
+            admit(record, peer.stage, header, tensors, self.router, self.plan, self.observer)
+        elif kind == msg.SHARE:
+            lost = header.get("lost", 0)
+            record.lost += lost if type(lost) is int else 0
+            self.live.released(sid, self._running)
+        else:
+            self._from_decode(record.worker, header, tensors)
+
+    def _running(self, source: str) -> bool:
+        """The source is listed and has not said its end (a live worker may start reading it)."""
+        return source in self.inputs.sources and not self.router.ending(source)
 
     def on_failed(self, peer: StageWorker, key: FrameKey, error: str) -> None:
         peer.give_back(key)
@@ -337,6 +369,8 @@ class Hub:
                 self.inputs.on_death(worker, exit_text(worker.process.exitcode))
                 continue
             how = worker.stalled or exit_text(worker.process.exitcode)
+            if self.live is not None and worker.stage == self.live.stage:
+                self._lose_share(worker)
             delay = self.lifecycle.schedule_restart(worker, how)
             self.observer.on_worker_restarted(worker.stage)
             lost = self.requeue(worker)
@@ -344,6 +378,17 @@ class Hub:
                 "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
                 worker.spec.title, how, delay, len(lost),
             )
+
+    def _lose_share(self, worker: StageWorker) -> None:
+        """A live-layout worker died: its sources' frames it held are lost (counted); they open again
+        with its restart (those it was letting go of, on their new worker)."""
+        assert self.live is not None
+        for sid in self.live.shares[worker.index] + tuple(self.live.letting_go(worker.index)):
+            record = self.inputs.sources.get(sid)
+            if record is not None and isinstance(record.worker, ShareWorker):
+                lose_worker(record, self.router)
+        for sid in self.live.letting_go(worker.index):
+            self.live.released(sid, self._running)
 
     def _await_end(self, worker: DecodeWorker) -> None:
         """A decode worker that exited cleanly sent its EOS first, but the EOS may still be on its way

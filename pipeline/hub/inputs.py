@@ -28,7 +28,8 @@ from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.wire.shm import segment_name
 from framewire.pipeline.plan import Plan, Policy, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
-from framewire.pipeline.hub.peers import DecodeWorker
+from framewire.pipeline.hub.live import LiveLayout, reopen
+from framewire.pipeline.hub.peers import DecodeWorker, ShareWorker
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
 from framewire.pipeline.hub.routing import FrameState, Router
 
@@ -43,9 +44,11 @@ class SourceRecord:
     """One source: its plan, decode worker, pool, and what happened to its frames."""
 
     plan: SourcePlan
-    worker: DecodeWorker | None = None
+    worker: DecodeWorker | ShareWorker | None = None
     info: dict[str, Any] | None = None
     pool: FramePool | None = None
+    wire: dict[str, Any] | None = None
+    """Its pool (and audio ring) as POOL names them."""
     ring: AudioRing | None = None
     """The source's audio ring (wire.audioring), when its stream asked for one."""
     ungranted: list[int] = field(default_factory=list)
@@ -83,6 +86,12 @@ class SourceRecord:
     """When the last over-budget warning went out (monotonic) and the count it gave."""
     audio: dict[str, float] = field(default_factory=dict)
     """Audio counters from decode's STATS: windows by what the missing-audio policy did, gap seconds."""
+    lost: int = 0
+    """The live layout: frames its worker had read and not sent on when it died or let go of it."""
+    live_read: int = 0
+    live_out: int = 0
+    """The live layout: frames its current worker says it read, and of them those heard of since
+    (sent on, or dropped): what is between is what that worker holds (`lost` if it dies)."""
 
     @property
     def source_id(self) -> str:
@@ -132,7 +141,7 @@ class SourceRecord:
         report.frames[sid] = self.done_frames
         report.read[sid] = self.read if self.read is not None else self.done_frames
         report.failed[sid] = self.failed
-        report.dropped[sid] = self.dropped + self.stale + self.overflow
+        report.dropped[sid] = self.dropped + self.stale + self.overflow + self.lost
         report.stale[sid] = self.stale
         report.overflow[sid] = self.overflow
         report.reconnects[sid] = self.reconnects
@@ -150,10 +159,12 @@ class SourceRecord:
 class Inputs:
     """Every source of the job, and the messages of their decode workers."""
 
-    def __init__(self, plan: Plan, router: Router, lifecycle: Lifecycle) -> None:
+    def __init__(self, plan: Plan, router: Router, lifecycle: Lifecycle, live: LiveLayout | None = None) -> None:
         self.plan = plan
         self.router = router
         self.lifecycle = lifecycle
+        self.live = live
+        """The live layout's share-out, when the job asks for it: its live sources have no decode worker."""
         self.sources: dict[str, SourceRecord] = {}
         self.ended: dict[str, SourceRecord] = {}
         """Retired sources: their pools are gone, their counts stay until `forget`."""
@@ -170,17 +181,20 @@ class Inputs:
         options = source.options
         if options.waiting_limit is not None:
             self.router.bound(source.source_id, options.waiting_limit, keep_newest=options.policy == Policy.DROP_OLDEST)
+        if self.live is not None and self.live.takes(source):
+            record.worker = self.live.add(source)
+            return record
         record.worker = self.lifecycle.start_decode(source, self._next_index)
         self._next_index += 1
         return record
 
-    def of(self, worker: DecodeWorker) -> SourceRecord:
+    def of(self, worker: DecodeWorker | ShareWorker) -> SourceRecord:
         return self.sources[worker.source_id]
 
     # --- messages from decode workers -----------------------------------------------------------
 
     def handle(
-        self, worker: DecodeWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
+        self, worker: DecodeWorker | ShareWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
     ) -> SourceRecord | None:
         """A decode worker's message; returns the source when it has just opened (STREAM)."""
         if kind == msg.FRAME:
@@ -192,12 +206,18 @@ class Inputs:
         elif kind == msg.STATS:
             self.on_stats(worker, header)
         else:
-            log.warning("unexpected %s message from %s", kind, worker.spec.title)
+            log.warning("unexpected %s message for source %s", kind, worker.source_id)
         return None
 
-    def on_stream(self, worker: DecodeWorker, header: dict[str, Any]) -> SourceRecord:
-        """The source opened: its pool is made and sent; slots follow when granting has begun."""
+    def on_stream(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any]) -> SourceRecord | None:
+        """The source opened: its pool is made and sent; slots follow when granting has begun. One of
+        the live layout opened again (its worker restarted, or it moved) keeps its pool and order, and
+        the outputs, which know its stream, are not told again (None)."""
         record = self.of(worker)
+        if record.pool is not None:
+            reopen(record, self.router)
+            self.grant_waiting()
+            return None
         info = dict(header.get("info") or {})
         if record.plan.ran_before:  # the outputs write beside the earlier run's files (SourcePlan)
             info["ran_before"] = True
@@ -224,13 +244,14 @@ class Inputs:
             "source %s: %sx%s, pool of %d slots (%.1f MiB)",
             record.source_id, info.get("width"), info.get("height"), layout.slots, layout.total_bytes / 2**20,
         )
-        worker.send({"type": msg.POOL, "source": record.source_id, "pool": wire})
+        record.wire = wire
+        worker.send({"type": msg.POOL, "source": record.source_id, "pool": wire, "next_seq": self.router.received(record.source_id)})
         record.ungranted = list(range(layout.slots))
         record.spare, record.held, record.low_water = 0, [], max(1, layout.slots // 2)
         self.grant_waiting()
         return record
 
-    def on_frame(self, worker: DecodeWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
+    def on_frame(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
         """A frame in its slot (its header read once, here: a decode worker speaks for its own source)."""
         record = self.of(worker)
         head = FrameHeader.read(header, record.source_id)
@@ -242,7 +263,7 @@ class Inputs:
         header.pop("type", None)
         self.router.admit(head, header, dict(tensors))
 
-    def on_eos(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
+    def on_eos(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any]) -> None:
         record = self.of(worker)
         worker.finished = True
         if header.get("error"):
@@ -252,7 +273,7 @@ class Inputs:
             log.log(level, "source %s ended with an error: %s", record.source_id, record.error)
         record.read = self.router.end(record.source_id, int(header.get("frames", self.router.received(record.source_id))))
 
-    def on_stats(self, worker: DecodeWorker, header: dict[str, Any]) -> None:
+    def on_stats(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any]) -> None:
         record = self.sources.get(str(header.get("source")))
         if record is None:
             return
@@ -260,6 +281,7 @@ class Inputs:
             worker.send({"type": msg.STOP})
         try:
             record.dropped += int(header.get("dropped", 0))
+            record.stale += int(header.get("stale", 0))
             record.reconnects += int(header.get("reconnects", 0))
             record.offline_s += float(header.get("offline_s", 0.0))
             record.corrupt += int(header.get("corrupt", 0))
@@ -345,6 +367,8 @@ class Inputs:
             del self.sources[sid]
             self.ended[sid] = record
             self.router.close(sid)
+            if self.live is not None and isinstance(record.worker, ShareWorker):
+                self.live.remove(sid)
             retired.append(sid)
         return retired
 
@@ -404,6 +428,7 @@ class Inputs:
             "overflow": record.overflow,
             "over_budget": record.over_budget,
             "failed": record.failed,
+            "lost": record.lost,
             "reconnects": record.reconnects,
             "offline_s": round(record.offline_s, 3),
             "online": record.online and state not in ("draining", "ended", "failed"),  # read no more

@@ -19,7 +19,7 @@ from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.backoff import Backoff
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.worker.hub_link import WorkerSpec
-from framewire.pipeline.plan import Plan, SourcePlan
+from framewire.pipeline.plan import Plan, Policy, SourcePlan
 from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster, Send
 from framewire.pipeline.worker.decode import source_main
@@ -76,6 +76,9 @@ class Lifecycle:
         extra: dict[str, Any] = {}
         if source is not None:
             extra = {"source_id": source.source_id, "source_options": source.options}
+        elif self.plan.spec(stage).decodes_sources:  # the live layout: it reads sources the hub shares out
+            live = tuple(s for s in self.plan.sources if s.options.policy != Policy.BLOCK)
+            extra = {"decodes_sources": True, "live_sources": live, "make_source": self.plan.make_source}
         return WorkerSpec(
             stage=stage,
             index=index,

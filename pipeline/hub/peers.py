@@ -116,3 +116,26 @@ class Roster:
         for peers in self.by_stage.values():
             yield from peers
 
+
+
+class ShareWorker:
+    """A live source read by a worker of the model's stage (the live layout: pipeline.hub.live) as the
+    inputs see it: what they would send its decode worker (POOL, GRANT, STOP) goes to the worker whose
+    share holds it now, naming the source; nothing goes while that worker is down or not READY yet
+    (it is told again when it opens the source: Inputs.on_stream)."""
+
+    def __init__(self, source_id: str, peer_of: Callable[[str], StageWorker | None]) -> None:
+        self.source_id = source_id
+        self._peer_of = peer_of
+        self.finished = False
+
+    @property
+    def name(self) -> str:
+        peer = self._peer_of(self.source_id)
+        return f"{peer.name if peer is not None else 'no worker'} (source {self.source_id})"
+
+    def send(self, header: dict[str, Any]) -> bool:
+        peer = self._peer_of(self.source_id)
+        if peer is None or not peer.available:
+            return False
+        return peer.send({**header, "source": self.source_id})

@@ -182,14 +182,14 @@ class Router:
 
     # --- a frame's way -------------------------------------------------------------------------
 
-    def admit(self, head: FrameHeader, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> FrameKey:
-        """A frame decode wrote into a slot: on to the first stage."""
+    def admit(self, head: FrameHeader, header: dict[str, Any], tensors: dict[str, np.ndarray], at: int = 0) -> FrameKey:
+        """A frame in its slot: on to the first stage (the live layout: past the `at` its worker ran)."""
         key = head.key
         flow = self.flows[key.source]
         if key.seq != flow.received:
             log.warning("source %s: frame seq %s, expected %s", key.source, key.seq, flow.received)
         flow.received = key.seq + 1
-        self.frames[key] = state = FrameState(head, header, tensors)
+        self.frames[key] = state = FrameState(head, header, tensors, stage_pos=at)
         self._advance(key)
         self._bounds.moved(state, False)
         return key

@@ -30,14 +30,16 @@ CLOSED = "closed"  # an output closed its files for a source
 STATS = "stats"  # counters from a worker: {dropped: n, ...}
 STATUS = "status"  # a worker's backend answers or not, and the backend's own counters: {available, reason?, times?}
 EVENT = "event"  # an output's announcement (a closed video segment): {event}; the hub passes it to every output
+LIVE = "live"  # the live layout: a frame its worker read from its own share of the sources, through its stage
 # Messages the hub sends a worker.
 WORK = "work"  # process this frame
 POOL = "pool"  # a source's frame pool exists: {pool}
 GRANT = "grant"  # a source may fill these slots: {slots}
 STOP = "stop"  # stop: a source stops reading; other workers finish and exit
+SHARE = "share"  # the live layout: a source joins a worker's share {add, item?} or leaves it {drop}; its answer {released}
 
 TYPES = frozenset(
-    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP, STATUS}
+    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP, STATUS, LIVE, SHARE}
 )
 
 DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"})

@@ -200,8 +200,7 @@ class Pump:
         self.stats = stats or SourceStats(source_id, reader)
         self.seq = first_seq
         self.dropped = 0
-        self._clock: tuple[float, float] | None = None
-        """(monotonic time, frame time) of the first frame of a paced file."""
+        self._due = Pacer(options.realtime).due
 
     def run(self) -> tuple[int, str | None]:
         try:
@@ -250,19 +249,6 @@ class Pump:
         if pending is not None:  # read, never sent: it counts as dropped like the others
             self.dropped += 1
 
-    def _due(self, time_s: float) -> float:
-        """When the frame counts as read (epoch): now, or, for a paced file, when its time comes."""
-        if not self.options.realtime:
-            return time.time()
-        if self._clock is None:
-            self._clock = (time.monotonic(), time_s)
-        delay = self._clock[0] + (time_s - self._clock[1]) - time.monotonic()
-        if delay > 0:
-            # Read ahead of its time, the frame is due now, as a live source would deliver it:
-            # its latency starts here, not while it waited for its turn.
-            time.sleep(delay)
-        return time.time()
-
     def _wait_for_slot(self) -> bool:
         """`block`: wait for a free slot; False when told to stop."""
         self.grants.drain(self.conn, 0)  # a STOP must be heard even while free slots are at hand
@@ -283,19 +269,7 @@ class Pump:
         image, pts, time_s, decoded_at = pending
         assert self.grants.pool is not None
         slot = self.grants.free.popleft()
-        target = self.grants.pool.view(slot, "image")
-        if picture_size(target) != (image.shape[1], image.shape[0]):
-            width, height = picture_size(target)
-            raise FramewireError(
-                f"source {self.source_id}: frame {self.seq} is {image.shape[1]}x{image.shape[0]}, "
-                f"the stream started at {width}x{height}"
-            )
-        if not isinstance(image, np.ndarray):
-            image.write_into(target)  # converted straight into the slot: written once, not copied
-        elif target.ndim == 2:  # only PyAV's sources run in jobs that keep YUV frames (app.compose)
-            raise FramewireError(f"source {self.source_id}: a BGR frame for a job that keeps YUV frames")
-        else:
-            np.copyto(target, image)
+        write_picture(self.grants.pool.view(slot, "image"), image, self.source_id, self.seq)
         staleness_ms = self.options.staleness_ms
         frame = Frame(
             source_id=self.source_id,
@@ -317,6 +291,46 @@ class Pump:
         self.conn.send(header)
         self.seq += 1
         self.stats.send(self.conn)
+
+
+class Pacer:
+    """When each frame of a source counts as read: now, or, for a file paced at its own rate
+    (`realtime`), when its time comes (it waits until then)."""
+
+    def __init__(self, realtime: bool) -> None:
+        self.realtime = realtime
+        self._clock: tuple[float, float] | None = None
+        """(monotonic time, frame time) of the first frame of a paced file."""
+
+    def due(self, time_s: float) -> float:
+        """The frame's read time (epoch), after waiting for it if the source is paced."""
+        if not self.realtime:
+            return time.time()
+        if self._clock is None:
+            self._clock = (time.monotonic(), time_s)
+        delay = self._clock[0] + (time_s - self._clock[1]) - time.monotonic()
+        if delay > 0:
+            # Read ahead of its time, the frame is due now, as a live source would deliver it:
+            # its latency starts here, not while it waited for its turn.
+            time.sleep(delay)
+        return time.time()
+
+
+def write_picture(target: np.ndarray, image: np.ndarray | PendingPixels, source_id: str, seq: int) -> None:
+    """A frame's picture into its slot's image region: converted straight into it (written once, not
+    copied) or copied; FramewireError when it does not fit the stream's size or the job's format."""
+    if picture_size(target) != (image.shape[1], image.shape[0]):
+        width, height = picture_size(target)
+        raise FramewireError(
+            f"source {source_id}: frame {seq} is {image.shape[1]}x{image.shape[0]}, "
+            f"the stream started at {width}x{height}"
+        )
+    if not isinstance(image, np.ndarray):
+        image.write_into(target)
+    elif target.ndim == 2:  # only PyAV's sources run in jobs that keep YUV frames (app.compose)
+        raise FramewireError(f"source {source_id}: a BGR frame for a job that keeps YUV frames")
+    else:
+        np.copyto(target, image)
 
 
 def picture_size(slot: np.ndarray) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ import zmq
 
 from framewire.pipeline import logs
 from framewire.pipeline.worker import heap
-from framewire.pipeline.plan import SourceOptions
+from framewire.pipeline.plan import SourceOptions, SourcePlan
 from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.wire.shm import sweep_orphans
 
@@ -47,6 +47,12 @@ class WorkerSpec:
     """Run first thing in the worker (the plan's `worker_init`: e.g. OpenCV's thread pool off)."""
     skips_stale: bool = False
     """Its stage skips frames past their deadline (`StageSpec.skips_stale`)."""
+    decodes_sources: bool = False
+    """It reads the live sources the hub shares out to it itself (the live layout: worker.live_loop)."""
+    live_sources: tuple[SourcePlan, ...] = ()
+    """With `decodes_sources`: the config's live sources, one of which a SHARE names by id."""
+    make_source: Callable[[Mapping[str, Any]], SourcePlan] | None = None
+    """With `decodes_sources`: builds a source added at run time from the config item a SHARE carries."""
 
     @property
     def identity(self) -> bytes:

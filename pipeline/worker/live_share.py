@@ -22,6 +22,7 @@ from typing import Any
 from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import FrameSource, LiveFrameSource, SourceInterrupted
 from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
+from framewire.pipeline.worker.decode import Pacer
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class Waiting:
     time_s: float
     read_at: float
     """When it was read (the share's clock, seconds)."""
+    read_wall: float = 0.0
+    """When it was read, in seconds since the epoch: where its decode span and its latency start."""
 
 
 @dataclass
@@ -122,7 +125,7 @@ class LiveShare:
             if options is None or counts is None:
                 return  # it left while its reader was reading: its reader is told to stop
             counts.read += 1
-            frame = Waiting(source, counts.next_seq, image, pts, time_s, self._clock())
+            frame = Waiting(source, counts.next_seq, image, pts, time_s, self._clock(), time.time())
             counts.next_seq += 1
             if source in self._waiting:
                 counts.overflow += 1
@@ -166,6 +169,18 @@ class LiveShare:
             self._ending.discard(source)
             self._ended[source] = self._forget(source)
 
+    @property
+    def waiting(self) -> bool:
+        """A frame waits for the model (it may still turn out stale when taken)."""
+        with self._lock:
+            return bool(self._waiting)
+
+    def counts_of(self, source: str) -> Counts | None:
+        """One source's counts so far (a copy), None when it is not in the share."""
+        with self._lock:
+            counts = self._counts.get(source)
+            return Counts(**vars(counts)) if counts is not None else None
+
     def counts(self) -> Mapping[str, Counts]:
         """Each source's counts so far (copies)."""
         with self._lock:
@@ -180,12 +195,29 @@ class LiveShare:
 class SourceReader:
     """One source of a share, read on its own thread (built, opened and read there, as its decode worker
     would): each frame `put` into the share. A source that fails leaves the share alone with its error;
-    the worker's other sources go on. `stop` asks it to end (a live source hears it while it waits)."""
+    the worker's other sources go on. `stop` asks it to end (a live source hears it while it waits).
 
-    def __init__(self, source: SourcePlan, share: LiveShare) -> None:
+    With `wait_for_pool`, it reads no frame after opening until `pool_ready` is set: the worker's loop
+    sets it once the hub has made the source's pool (and its audio ring, which the source must have
+    before its first frame). `wake` is called when it opened, after each frame and at its end: the
+    loop waits on it and on the hub at once."""
+
+    def __init__(
+        self,
+        source: SourcePlan,
+        share: LiveShare,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        wait_for_pool: bool = False,
+    ) -> None:
         self.source_id = source.source_id
-        self._plan, self._share = source, share
+        self._plan, self._share, self._wake = source, share, wake
         self._stop = threading.Event()
+        self.pool_ready = threading.Event()
+        if not wait_for_pool:
+            self.pool_ready.set()
+        self.source: FrameSource | None = None
+        """The source once built (its thread's): its `stats()` are read by the loop."""
         self.info: dict[str, Any] | None = None
         self.error: str | None = None
         share.add(self.source_id, source.options)
@@ -217,14 +249,24 @@ class SourceReader:
     def _run(self) -> None:
         reader: FrameSource | None = None
         try:
-            reader = self._plan.factory()
+            reader = self.source = self._plan.factory()
             if isinstance(reader, LiveFrameSource):
                 reader.set_interrupt(self._stop.is_set)
             self.info = reader.open()
-            for image, pts, time_s in reader.frames():
+            self._wake()
+            while not self.pool_ready.wait(0.1):
+                if self._stop.is_set():
+                    return
+            due = Pacer(self._plan.options.realtime).due
+            limit = self._plan.options.max_frames
+            for read, (image, pts, time_s) in enumerate(reader.frames(), 1):
+                due(time_s)
                 if self._stop.is_set():
                     break
                 self._share.put(self.source_id, image, pts, time_s)
+                self._wake()
+                if limit is not None and read >= limit:
+                    break
         except SourceInterrupted:
             pass
         except Exception as exc:  # its own failure: the share's other sources go on
@@ -238,6 +280,7 @@ class SourceReader:
                 except Exception:
                     log.debug("closing source %s failed", self.source_id, exc_info=True)
             self._share.end(self.source_id)
+            self._wake()
 
 
 class Readers:

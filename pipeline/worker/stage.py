@@ -58,7 +58,10 @@ def worker_main(spec: WorkerSpec) -> None:
     conn.send(_ready(spec, stage))
     pools = PoolCache(on_attach=stage.pool_added, on_detach=stage.pool_removed)
     try:
-        _Loop(conn, stage, pools, context.streams, watch, spec).run()
+        from framewire.pipeline.worker.live_loop import LiveLoop  # it builds on Loop, below
+
+        loop = LiveLoop if spec.decodes_sources else Loop
+        loop(conn, stage, pools, context.streams, watch, spec).run()
     finally:
         try:
             pools.close()
@@ -73,7 +76,7 @@ def _ready(spec: WorkerSpec, stage: Stage) -> dict[str, Any]:
     return ready
 
 
-class _Loop:
+class Loop:
     """One worker's message loop."""
 
     def __init__(
@@ -106,29 +109,34 @@ class _Loop:
                     log.warning("supervisor is gone; exiting")
                     return
                 continue
-            header, tensors = received
-            kind = header["type"]
-            if kind == msg.WORK and self.batch_limit > 1:
-                batch = [(header, tensors)]
-                self._collect(batch)
-                self._work_batch(batch)
-            elif kind == msg.WORK:
-                self._work(header, tensors)
-            elif kind == msg.STREAM:
-                self.streams[str(header["source"])] = dict(header["info"])
-            elif kind == msg.POOL and header.get("drop"):  # a retired source's pool: unmap it
-                self.pools.drop(str(header["drop"]))
-                self.streams.pop(str(header.get("source")), None)
-            elif kind == msg.EVENT:
-                self._event(header.get("event"))
-            elif kind == msg.EOS:
-                source = str(header["source"])
-                for _ in self.stage.flush(source):
-                    pass
-                self._send_counts(force=True)  # the totals after the flush reach the hub before CLOSED
-                self.conn.send({"type": msg.CLOSED, "source": source})
-            elif kind == msg.STOP:
+            if not self.handle(*received):
                 return
+
+    def handle(self, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> bool:
+        """One message from the hub; False when it says STOP."""
+        kind = header["type"]
+        if kind == msg.WORK and self.batch_limit > 1:
+            batch = [(header, tensors)]
+            self._collect(batch)
+            self._work_batch(batch)
+        elif kind == msg.WORK:
+            self._work(header, tensors)
+        elif kind == msg.STREAM:
+            self.streams[str(header["source"])] = dict(header["info"])
+        elif kind == msg.POOL and header.get("drop"):  # a retired source's pool: unmap it
+            self.pools.drop(str(header["drop"]))
+            self.streams.pop(str(header.get("source")), None)
+        elif kind == msg.EVENT:
+            self._event(header.get("event"))
+        elif kind == msg.EOS:
+            source = str(header["source"])
+            for _ in self.stage.flush(source):
+                pass
+            self._send_counts(force=True)  # the totals after the flush reach the hub before CLOSED
+            self.conn.send({"type": msg.CLOSED, "source": source})
+        elif kind == msg.STOP:
+            return False
+        return True
 
     def _send_counts(self, force: bool = False) -> None:
         """The stage's running totals to the hub (STATS) when they changed, at most once a

@@ -29,6 +29,7 @@ from framewire.engines.registry import preflight
 from framewire.pipeline.plan import Plan
 from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.fused import Fused, fuse_middle, fuse_outputs
+from framewire.stages.live_layout import live_layout
 from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ def stage_specs(config: Config) -> list[StageSpec]:
         *composite_stages(config),
         *output_stages(config),
     ]
-    if config.stages.fuse:
+    if config.stages.layout == "live":  # fused too: a live frame stays in its worker up to the outputs
+        stages = live_layout(stages, [s.id for s in config.sources if s.policy != "block"])
+    elif config.stages.fuse:
         stages = fuse_middle(stages)
     if config.stages.fuse_outputs:
         stages = fuse_outputs(stages, OUTPUTS)

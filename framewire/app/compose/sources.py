@@ -3,6 +3,7 @@ when one is added at run time through the control API."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from pathlib import Path
@@ -89,7 +90,7 @@ def make_source(config: Config, raw: Mapping[str, Any], task: Task | None = None
         raise ConfigError(f"source.resume: {problem}")
     slots = config.transport.slots_per_source
     plan = source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
-    return tap_plan(plan, tap_spec(config))
+    return dataclasses.replace(tap_plan(plan, tap_spec(config)), item=dict(raw))
 
 
 def _source(source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16) -> FrameSource:

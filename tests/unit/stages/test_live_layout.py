@@ -28,7 +28,7 @@ def stages(workers: int = 2) -> list[StageSpec]:
 
 def test_the_model_stage_decodes_the_live_sources_and_files_keep_their_decode_workers() -> None:
     plans = [source("cam0"), source("clip", Policy.BLOCK), source("cam1"), source("cam2", Policy.DROP_NEWEST)]
-    out = live_layout(stages(), plans)
+    out = live_layout(stages(), live_sources(plans))
     assert [s.name for s in out] == ["infer", "output0.jsonl"]
     model = out[0]
     assert model.decodes_sources and model.members == ("preprocess", "infer", "postprocess")
@@ -39,22 +39,23 @@ def test_the_model_stage_decodes_the_live_sources_and_files_keep_their_decode_wo
     assert "decodes_sources" in model.describe() and "cam0,cam2 | cam1" in model.describe()
 
 
-def test_without_a_live_source_or_a_model_the_list_is_unchanged() -> None:
-    assert live_layout(stages(), [source("clip", Policy.BLOCK)]) == stages()
+def test_without_a_live_source_yet_the_model_stage_still_decodes_and_without_a_model_nothing_changes() -> None:
+    (model, _) = live_layout(stages(), live_sources([source("clip", Policy.BLOCK)]))
+    assert model.decodes_sources and model.shares == ((), ())  # sources added at run time go there
     no_model = [StageSpec("pre", 1, int), StageSpec("output0.jsonl", 1, int, writes_output=True)]
-    assert live_layout(no_model, [source("cam0")]) == no_model
+    assert live_layout(no_model, ["cam0"]) == no_model
     assert live_sources([source("a"), source("b", Policy.BLOCK)]) == ("a",)
 
 
 def test_more_workers_than_sources_leaves_some_workers_without_a_share() -> None:
-    (model, _) = live_layout(stages(workers=3), [source("cam0")])
+    (model, _) = live_layout(stages(workers=3), ["cam0"])
     assert model.shares == (("cam0",), (), ())
     check_specs([model])
 
 
 def test_a_rebalance_keeps_the_sources_that_stay_where_they_were() -> None:
     plans = [source(f"cam{i}") for i in range(4)]
-    before = live_layout(stages(), plans)
+    before = live_layout(stages(), live_sources(plans))
     assert before[0].shares == (("cam0", "cam2"), ("cam1", "cam3"))
     after = rebalance(before, [p for p in plans if p.source_id != "cam1"] + [source("cam4")])
     assert after[0].shares == (("cam0", "cam2"), ("cam3", "cam4"))
