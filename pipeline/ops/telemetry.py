@@ -193,6 +193,7 @@ class Gauges:
             dropped[(("reason", "policy"), ("source", sid))] = float(record.dropped)
             dropped[(("reason", "stale"), ("source", sid))] = float(record.stale)
             dropped[(("reason", "overflow"), ("source", sid))] = float(record.overflow)
+            dropped[(("reason", "lost"), ("source", sid))] = float(record.lost)
             families["framewire_source_up"][key] = 0.0 if ended else 1.0
             families["framewire_reconnects_total"][key] = float(record.reconnects)
             families["framewire_source_offline_seconds_total"][key] = float(record.offline_s)

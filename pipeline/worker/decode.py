@@ -131,7 +131,9 @@ class SourceStats:
         self.sent: dict[str, Any] = {}
         self.at = 0.0
 
-    def send(self, conn: HubConnection, *, force: bool = False) -> None:
+    def send(self, conn: HubConnection, *, force: bool = False, states: bool = True) -> None:
+        """What changed, if anything; `states=False` (a source that has ended and closed): its counts only,
+        not its `online`, which its closing turned off."""
         if self.read is None:
             return
         now = time.monotonic()
@@ -140,6 +142,8 @@ class SourceStats:
         self.at = now
         current = {k: dict(v) if isinstance(v, dict) else v for k, v in self.read().items()}
         changes = changes_since(current, self.sent)
+        if not states:
+            changes = {key: value for key, value in changes.items() if not isinstance(value, bool)}
         if changes:
             self.sent = current
             conn.send({"type": msg.STATS, "source": self.source_id, **changes})

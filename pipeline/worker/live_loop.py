@@ -186,7 +186,7 @@ class LiveLoop(Loop):
             if one.stats is None and reader.source is not None:
                 one.stats = SourceStats(source_id, reader.source)
             if one.stats is not None:
-                one.stats.send(self.conn)
+                one.stats.send(self.conn, states=not reader.closing)
             if reader.ended:
                 self._end(source_id, one)
 
@@ -198,8 +198,8 @@ class LiveLoop(Loop):
         stale = counts.stale - one.told.stale
         if dropped or stale:
             self.conn.send({"type": msg.STATS, "source": source_id, "dropped": dropped, "stale": stale})
-        if one.stats is not None:
-            one.stats.send(self.conn, force=True)
+        if one.stats is not None:  # the reader has closed the source: its state says nothing now
+            one.stats.send(self.conn, force=True, states=False)
         eos: dict[str, Any] = {"type": msg.EOS, "source": source_id, "frames": one.next_seq}
         if one.reader.error:
             eos["error"] = one.reader.error

@@ -220,6 +220,7 @@ class SourceReader:
         """The source once built (its thread's): its `stats()` are read by the loop."""
         self.info: dict[str, Any] | None = None
         self.error: str | None = None
+        self._done = False
         share.add(self.source_id, source.options)
         self._thread = threading.Thread(
             target=self._run, name=f"framewire-read-{self.source_id}", daemon=True
@@ -245,6 +246,11 @@ class SourceReader:
     @property
     def ended(self) -> bool:
         return self.counts is not None
+
+    @property
+    def closing(self) -> bool:
+        """Asked to stop, or done reading: its source's state (online or not) says nothing any more."""
+        return self._stop.is_set() or self._done
 
     def _run(self) -> None:
         reader: FrameSource | None = None
@@ -274,6 +280,7 @@ class SourceReader:
             log.warning("source %s failed: %s", self.source_id, self.error)
             log.debug("source %s failed", self.source_id, exc_info=True)
         finally:
+            self._done = True
             if reader is not None:
                 try:
                     reader.close()

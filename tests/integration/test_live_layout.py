@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from framewire.pipeline.plan import Plan, Policy, Report, SourceOptions, SourcePlan
+from framewire.pipeline.plan import HttpSettings, Plan, Policy, Report, SourceOptions, SourcePlan
 from framewire.pipeline.run.supervisor import Supervisor
 from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.live_layout import live_layout, live_sources
@@ -24,6 +24,8 @@ from tests.support import fakes, live_fakes
 from tests.support.live_fakes import records
 
 pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "s3cret-token"
 
 
 def plan(out: Path, sources: list[SourcePlan], *, workers: int = 1, infer_s: float = 0.0, **more: Any) -> Plan:
@@ -161,3 +163,32 @@ def test_a_stop_drains_the_live_sources_and_closes_them(tmp_path: Path) -> None:
         recs = records(tmp_path, sid)
         assert [r["seq"] for r in recs] == list(range(len(recs))) and len(recs) == report.frames[sid]
         assert (tmp_path / f"{sid}.closed").exists()
+
+
+def test_sources_added_at_run_time_are_shared_out_and_one_moves_when_the_shares_grow_uneven(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_control import Running, request, wait_for
+
+    job = plan(tmp_path, [], workers=2, http=HttpSettings(port=0, token=TOKEN, keep_running=True),
+               make_source=fakes.make_source_plan)
+    lines = lambda sid: len(records(tmp_path, sid))  # noqa: E731
+    with Running(job) as running:
+        running.wait_ready()
+        for sid in ("a", "b", "c", "d"):
+            body = {"id": sid, "frames": 10**6, "delay_s": 0.01, "policy": "drop_oldest"}
+            assert request(running.url + "/sources", "POST", body)[0] == 201
+        live = running.supervisor._hub.live
+        assert live is not None and live.shares == (("a", "c"), ("b", "d"))
+        wait_for(lambda: all(lines(sid) > 5 for sid in "abcd"))
+        for sid in ("b", "d"):  # worker 1 empties: c moves there
+            assert request(running.url + f"/sources/{sid}", "DELETE")[0] == 202
+        wait_for(lambda: live.shares == (("a",), ("c",)) and not live.moving)
+        assert live.moves == 1
+        moved_at = lines("c")
+        wait_for(lambda: lines("c") > moved_at + 20)  # it goes on, on worker 1
+        sources = {s["id"]: s for s in request(running.url + "/sources")[1]["sources"]}
+        assert sources["c"]["state"] == "running" and sources["a"]["state"] == "running"
+    for sid in ("a", "c"):
+        recs = records(tmp_path, sid)
+        assert [r["seq"] for r in recs] == list(range(len(recs)))  # in order across the move

@@ -206,15 +206,16 @@ def batching(name: str, max_batch: int, max_delay_ms: float = 5.0) -> BatchingPa
 
 
 def make_source_plan(raw: dict[str, Any]) -> Any:
-    """The control API's source factory for fake jobs: {"id": ..., "frames": n, "delay_s": x}."""
+    """The control API's source factory for fake jobs: {"id": ..., "frames": n, "delay_s": x, "policy": p}."""
     from framewire.pipeline.errors import ConfigError
-    from framewire.pipeline.plan import SourcePlan
+    from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
 
     if "id" not in raw or not isinstance(raw.get("frames", 1), int):
         raise ConfigError("source: needs an id and an integer frames")
     sid = str(raw["id"])
     kwargs = {"delay_s": float(raw.get("delay_s", 0.0))}
-    return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs))
+    options = SourceOptions(policy=Policy(raw.get("policy", "block")))
+    return SourcePlan(sid, functools.partial(source, sid, int(raw.get("frames", 10)), **kwargs), options, item=dict(raw))
 
 
 class Ordered(Passthrough):
