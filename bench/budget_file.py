@@ -67,7 +67,7 @@ def cli_startup(job: Any, folder: Path) -> float:
     imported everything already, leaves out the command's own imports and its config."""
     import yaml
 
-    from bench.pipeline import jsonl_paths, redirect_outputs
+    from bench.jobs import jsonl_paths, redirect_outputs
 
     redirected = redirect_outputs(job, folder)
     (records,) = jsonl_paths(redirected).values()
@@ -112,7 +112,8 @@ def cli_startup(job: Any, folder: Path) -> float:
 
 def file_job(config: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The daemon and the work alone on the same clip, `--repeat` times each, alternating."""
-    from bench.pipeline import describe_job, redirect_outputs, run_daemon
+    from bench.jobs import describe_job, redirect_outputs
+    from bench.runs import run_daemon
     from framewire import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
@@ -193,7 +194,8 @@ def file_peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[s
 
 def file_profile(job: Any, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """One more daemon run of the file job, sampled by py-spy from start to end (start-up included)."""
-    from bench.pipeline import redirect_outputs, run_daemon
+    from bench.jobs import redirect_outputs
+    from bench.runs import run_daemon
 
     harness.quiet_load(args.max_load)
     recorder = pyspy.Recorder(os.getpid(), folder / "profile.raw", seconds=3600, rate=args.profile_rate)

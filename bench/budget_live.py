@@ -43,9 +43,9 @@ def run_live(
     spent in that window (the start-up and the drain left out), each one's, and its report. With
     `record`, a py-spy recorder it starts samples that window; its raw text comes back too."""
     import framewire
-    from bench.pipeline import _stop_fork_server
+    from bench.runs import stop_fork_server
 
-    _stop_fork_server()  # each run starts its own fork server, as `run` does
+    stop_fork_server()  # each run starts its own fork server, as `run` does
     first = threading.Event()
     sampler = DaemonSampler(exclude=exclude, interval_s=1.0)  # names and totals; the window is read directly
     sampler.start()
@@ -173,7 +173,7 @@ def peer_share(share: Mapping[str, Any], peer: Mapping[str, Any]) -> dict[str, f
 
 
 def _describe(job: Any) -> dict[str, Any]:
-    from bench.pipeline import describe_job
+    from bench.jobs import describe_job
 
     return describe_job(job)
 

@@ -132,7 +132,7 @@ def clip_facts(path: str) -> dict[str, Any]:
 
 def live_job(config: Any, uri: str, policy: str, folder: Path) -> Any:
     """The config's first source read from `uri` under `policy`, outputs redirected to `folder`."""
-    from bench.pipeline import redirect_outputs
+    from bench.jobs import redirect_outputs
     from framewire import validate_config
 
     raw = config.model_dump(mode="json", exclude_none=True)
@@ -167,9 +167,10 @@ def run_policy(
     With `port` (the RTSP server's), the bytes queued on the connection are sampled every second:
     what the server has sent and the daemon not yet read backs up there when decode is held up."""
     import framewire
-    from bench.pipeline import _stop_fork_server, jsonl_paths
+    from bench.jobs import jsonl_paths
+    from bench.runs import stop_fork_server
 
-    _stop_fork_server()  # each run starts its own, as `run_pipeline.py run` does
+    stop_fork_server()  # each run starts its own, as `run_pipeline.py run` does
     done_times: list[float] = []
     first = threading.Event()
     ended = threading.Event()
