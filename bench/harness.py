@@ -79,6 +79,13 @@ def wait_for_quiet(max_load: float, timeout_s: float, log: Any = None) -> list[f
     return load
 
 
+def quiet_load(max_load: float | None) -> list[float]:
+    """The load average, after waiting (QUIET_WAIT_S at most) for it to fall below `max_load` if given."""
+    if max_load is not None:
+        wait_for_quiet(max_load, QUIET_WAIT_S, stderr)
+    return load_average()
+
+
 # --- statistics ----------------------------------------------------------------------------------
 
 

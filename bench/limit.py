@@ -49,6 +49,14 @@ class WorkTimer:
         }
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (`taskset` narrows them), which the limit spreads the work over."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def work_ms(pieces: Mapping[str, float | None], with_encode: bool) -> float:
     """Core-milliseconds of work a frame: decode + model (+ encode when the job writes a video)."""
     keys = WORK if with_encode else WORK[:2]

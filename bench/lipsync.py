@@ -100,7 +100,7 @@ def reconcile(point: dict[str, Any]) -> dict[str, Any]:
 
 def run_layout(config: Any, processes: int, audio: str, folder: Path, layout: str) -> dict[str, Any]:
     """The daemon in one layout: fps per infer process, CPU per frame, the model's part of it."""
-    from bench.pipeline import run_daemon
+    from bench.runs import run_daemon
 
     folder.mkdir(parents=True)
     daemon = run_daemon(daemon_job(config, processes, audio, folder, split=layout == "split"))

@@ -368,7 +368,7 @@ def peer_stats(
     records: Sequence[Sequence[Mapping[str, Any]]], window: tuple[float, float], fps: float | None
 ) -> dict[str, Any]:
     """Per stream (frames kept a second, latency) over the lines written inside `window` (epoch
-    seconds), and over all the streams as `budget.live_stats` gives framewire's."""
+    seconds), and over all the streams as `budget_live.live_stats` gives framewire's."""
     start, end = window
     per = {}
     for index, lines in enumerate(records):

@@ -2,7 +2,7 @@
 (`engine.processes_per_device`) and of sources (copies of the config's first source, each with its
 own id and output files), on the config's model and settings. JSON, a table and a PNG chart.
 
-Every point is a whole daemon run (bench/pipeline.py `run_daemon`): FPS over the job, steady-state
+Every point is a whole daemon run (bench/runs.py `run_daemon`): FPS over the job, steady-state
 FPS (start-up left out), CPU time per frame, latency and memory, medians of `--repeat` runs.
 """
 
@@ -86,7 +86,8 @@ def sweep(
     max_load: float | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    from bench.pipeline import describe_job, redirect_outputs, run_daemon
+    from bench.jobs import describe_job, redirect_outputs
+    from bench.runs import run_daemon
 
     folder = Path(tempfile.mkdtemp(prefix="fw-scaling-"))
     points = []

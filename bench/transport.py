@@ -26,31 +26,19 @@ one-way time of a hop, not of a queue. Latency: from the start of the send (for 
 the write into the slot) to the receiver holding the frame as an array, on CLOCK_MONOTONIC, which
 both processes share. CPU time per frame: both processes, all their threads (ZeroMQ's I/O threads
 included), the small answer included.
+
+Here: the command, its runs and its table; the hops in bench/transport_hops.py, the hub in
+bench/transport_hub.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bench import harness
+from bench import harness, transport_hops, transport_hub
 from framewire import UsageError
-from framewire.components import Stage
-
-# Internals on purpose, in this one place (docs/benchmarks.md, tests/unit/bench/test_public_api.py):
-# this benchmark measures the hub's own wire, its frame pool, messages and supervisor, which no user
-# drives directly, and the TensorRT backend's copies from a pool to the GPU (`cuda`).
-from framewire.engines import cuda
-from framewire.pipeline.plan import Plan, SourcePlan, StageSpec  # the Plan's own element type
-from framewire.pipeline.run.supervisor import Supervisor
-from framewire.pipeline.wire import messages as msg
-from framewire.pipeline.wire.framepool import FramePool, PoolCache, PoolLayout
 
 SIZES: dict[str, tuple[int, int]] = {"720p": (1280, 720), "1080p": (1920, 1080), "4k": (3840, 2160)}
 GPU_MODES = ("gpu-pinned", "gpu-staged", "gpu-pageable")
@@ -141,7 +129,7 @@ def measure(
     results: list[dict[str, Any]] = []
     load_before = harness.load_average()
     if schedule_blocking:
-        cuda.schedule_blocking(0)
+        transport_hops.schedule_blocking()
     for name, width, height in sizes:
         for mode in modes:
             runs = []
@@ -179,340 +167,16 @@ def measure(
     }
 
 
-def _one(mode: str, width: int, height: int, frames: int, warmup: int, spin_wait: bool = False) -> dict[str, Any]:
+def _one(
+    mode: str, width: int, height: int, frames: int, warmup: int, spin_wait: bool = False
+) -> dict[str, Any]:
     if mode == "copy":
-        return _copy(width, height, frames, warmup)
+        return transport_hops.copy_in_process(width, height, frames, warmup)
     if mode == "hub":
-        return _hub(width, height, frames + warmup)
+        return transport_hub.hub(width, height, frames + warmup)
     if mode in GPU_MODES:
-        return _to_gpu(mode, width, height, frames, warmup, spin_wait)
-    return _hop(mode, width, height, frames, warmup)
-
-
-def _copy(width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
-    import numpy as np
-
-    src = _picture(width, height)
-    dst = np.empty_like(src)
-    latencies = []
-    cpu0 = time.process_time()
-    for i in range(warmup + frames):
-        if i == warmup:
-            cpu0 = time.process_time()
-        t0 = time.monotonic_ns()
-        np.copyto(dst, src)
-        if i >= warmup:
-            latencies.append((time.monotonic_ns() - t0) / 1e6)
-    cpu = time.process_time() - cpu0
-    return _summary(latencies, cpu, frames)
-
-
-def _to_gpu(mode: str, width: int, height: int, frames: int, warmup: int, spin: bool) -> dict[str, Any]:
-    """One frame at a time from a frame-pool slot (written before the clock starts) to GPU memory.
-    `spin`: wait by spinning instead of on a blocking event (its CPU time is then the copy's time)."""
-    import numpy as np
-
-    cuda.require_device(0)
-    cuda.set_device(0)
-    layout = PoolLayout.plan(f"framewire-bench-gpu-{os.getpid()}", 4, {"image": ((height, width, 3), "uint8")})
-    pool = FramePool.create(layout)
-    stream, device = cuda.Stream(spin=spin), cuda.DeviceBuffer(width * height * 3)
-    staging = cuda.HostBuffer(width * height * 3)
-    registration = cuda.HostRegistration(pool.memory) if mode == "gpu-pinned" else None
-    try:
-        for slot in range(layout.slots):
-            pool.view(slot, "image")[...] = _picture(width, height)
-        latencies = []
-        cpu0 = time.process_time()
-        for i in range(warmup + frames):
-            if i == warmup:
-                cpu0 = time.process_time()
-            view = pool.view(i % layout.slots, "image")
-            t0 = time.monotonic_ns()
-            source = int(view.ctypes.data)
-            if mode == "gpu-staged":
-                np.copyto(staging.view(np.uint8, view.shape), view)
-                source = staging.ptr
-            cuda.memcpy_htod_async(device.ptr, source, view.nbytes, stream)
-            stream.synchronize()
-            if i >= warmup:
-                latencies.append((time.monotonic_ns() - t0) / 1e6)
-        cpu = time.process_time() - cpu0
-        del view
-    finally:
-        if registration is not None:
-            registration.close()
-        staging.close()
-        device.close()
-        stream.close()
-        pool.close()
-    out = _summary(latencies, cpu, frames)
-    median = out["latency_ms"]["p50"]
-    out["gbytes_per_s"] = width * height * 3 / (median * 1e6) if median else None
-    return out
-
-
-def _picture(width: int, height: int) -> Any:
-    import numpy as np
-
-    rng = np.random.default_rng(7)
-    return rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
-
-
-def _hop(mode: str, width: int, height: int, frames: int, warmup: int) -> dict[str, Any]:
-    """Two processes: this one sends (DEALER, as decode or a worker), a spawned one receives (ROUTER,
-    as the hub), answering each frame."""
-    import numpy as np
-    import zmq
-
-    folder = tempfile.mkdtemp(prefix="fw-transport-")
-    endpoint = f"ipc://{folder}/hop.sock"
-    ctx = zmq.Context()
-    pool: FramePool | None = None
-    receiver: Any = None
-    try:
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.IDENTITY, b"sender")
-        slots = 4
-        pool_wire = None
-        if mode.startswith("pool"):
-            name = f"framewire-bench-{os.getpid()}-{width}x{height}"
-            layout = PoolLayout.plan(name, slots, {"image": ((height, width, 3), "uint8")})
-            pool = FramePool.create(layout)
-            pool_wire = layout.to_wire()
-        mp = multiprocessing.get_context("spawn")
-        ready = mp.Event()
-        out_q = mp.SimpleQueue()
-        receiver = mp.Process(
-            target=_receiver_main, args=(endpoint, mode, frames + warmup, warmup, ready, out_q), daemon=True
-        )
-        receiver.start()
-        if not ready.wait(60):
-            raise RuntimeError("transport receiver did not start")
-        sock.connect(endpoint)
-        image = _picture(width, height)
-        cpu0 = time.process_time()
-        for i in range(warmup + frames):
-            if i == warmup:
-                cpu0 = time.process_time()
-            slot = i % slots
-            t0 = time.monotonic_ns()
-            header: dict[str, Any] = {"type": msg.FRAME, "source": "bench", "seq": i, "t0": t0}
-            if pool is not None:
-                if mode == "pool" or i < slots:
-                    np.copyto(pool.view(slot, "image"), image)
-                header.update(slot=slot, pool=pool_wire)
-                sock.send_multipart(msg.encode(header), copy=False)
-            else:
-                sock.send_multipart(msg.encode(header, {"image": image}), copy=False)
-            sock.recv_multipart()  # the credit back
-        sender_cpu = time.process_time() - cpu0
-        sock.send_multipart(msg.encode({"type": msg.STOP}))
-        latencies, receiver_cpu = out_q.get()
-        receiver.join(10)
-        sock.close(linger=0)
-        total = sender_cpu + receiver_cpu
-        return _summary(latencies, total, frames, sender_cpu=sender_cpu, receiver_cpu=receiver_cpu)
-    finally:
-        if receiver is not None and receiver.is_alive():
-            receiver.kill()
-            receiver.join(5)
-        ctx.term()
-        if pool is not None:
-            pool.close()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _receiver_main(endpoint: str, mode: str, total: int, warmup: int, ready: Any, out_q: Any) -> None:
-    """The receiving process: a ROUTER like the hub's; each frame becomes a numpy array here."""
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.bind(endpoint)
-    pools = PoolCache()
-    ready.set()
-    latencies: list[float] = []
-    checksum = 0
-    cpu0 = time.process_time()
-    for i in range(total + 1):
-        if i == warmup:
-            cpu0 = time.process_time()
-        parts = sock.recv_multipart(copy=False)
-        header, tensors = msg.decode(parts[1:])
-        if header["type"] == msg.STOP:
-            break
-        if mode.startswith("pool"):
-            image = pools.get(header["pool"]).view(int(header["slot"]), "image")
-        else:
-            image = tensors["image"]
-        arrived = time.monotonic_ns()
-        checksum += int(image[0, 0, 0])  # the frame is there to read
-        if i >= warmup:
-            latencies.append((arrived - int(header["t0"])) / 1e6)
-        credit = msg.encode({"type": msg.GRANT, "slots": [header.get("slot", 0)]})
-        sock.send_multipart([parts[0].bytes, *credit])
-    cpu = time.process_time() - cpu0
-    out_q.put((latencies, cpu))
-    pools.close()
-    sock.close(linger=0)
-    ctx.term()
-
-
-# --- the hub with no-op stages -------------------------------------------------------------------
-
-
-class StillSource:
-    """A source (pipeline.frame.FrameSource) that hands out the same picture `frames` times."""
-
-    def __init__(self, width: int, height: int, frames: int) -> None:
-        self.width, self.height, self.count = width, height, frames
-
-    def open(self) -> dict[str, Any]:
-        return {
-            "source_id": "still",
-            "uri": "bench:still",
-            "width": self.width,
-            "height": self.height,
-            "fps": "1000/1",
-            "time_base": "1/1000",
-            "frame_count": self.count,
-        }
-
-    def frames(self) -> Any:
-        # As a decoder converting into the slot (media.video_reader.PendingImage), with no work to do:
-        # what is left is the daemon's own cost.
-        picture = _Converted((self.height, self.width, 3))
-        for i in range(self.count):
-            yield picture, i, i / 1000.0
-
-    def close(self) -> None:
-        return None
-
-
-class _Converted:
-    """Pixels that are already in their slot (pipeline.frame.PendingPixels)."""
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
-
-    def write_into(self, out: Any) -> None:
-        return None
-
-
-class NoopStage(Stage):
-    """A stage that passes its frame on untouched; as an output (`latencies` set), it writes each
-    frame's latency from decode into that file when its source ends."""
-
-    def __init__(self, latencies: str | None = None) -> None:
-        self.latencies_path = latencies
-        self.latencies: list[float] = []
-
-    def process(self, frame: Any) -> Any:
-        if self.latencies_path is None:
-            yield frame
-            return
-        self.latencies.append((time.time() - frame.timings["decode"][0]) * 1000.0)
-
-    def flush(self, source_id: str) -> Any:
-        if self.latencies_path is not None:
-            import json
-
-            with open(self.latencies_path, "w", encoding="utf-8") as f:
-                json.dump(self.latencies, f)
-        return ()
-
-    def stop(self) -> None:
-        return None
-
-
-def _still(width: int, height: int, frames: int) -> StillSource:
-    return StillSource(width, height, frames)
-
-
-def _noop(latencies: str | None = None) -> NoopStage:
-    return NoopStage(latencies)
-
-
-def _image_layout(source_id: str, info: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    return {"image": ((int(info["height"]), int(info["width"]), 3), "uint8")}
-
-
-def _hub(width: int, height: int, frames: int) -> dict[str, Any]:
-    """Frames through the real supervisor and the default job's processes, with no work in them."""
-    import functools
-    import json
-
-    import psutil
-
-    folder = tempfile.mkdtemp(prefix="fw-hub-")
-    latencies_path = os.path.join(folder, "latencies.json")
-    # As the default job's specs say: the model's stage sheds, the stages up to it skip stale frames.
-    middle = tuple(
-        StageSpec(name, 2 if name == "infer" else 1, functools.partial(_noop), sheds=name == "infer",
-                  skips_stale=name in ("preprocess", "infer"))
-        for name in ("preprocess", "infer", "postprocess", "composite")
-    )
-    outputs = (
-        StageSpec("output0", 1, functools.partial(_noop, latencies_path), writes_output=True),
-        StageSpec("output1", 1, functools.partial(_noop), writes_output=True),
-        StageSpec("output2", 1, functools.partial(_noop), writes_output=True),
-    )
-    plan = Plan(
-        stages=(*middle, *outputs),
-        sources=(SourcePlan("still", functools.partial(_still, width, height, frames)),),
-        slot_layout=_image_layout,
-        preload=("bench.transport",),
-    )
-    marks: dict[int, tuple[float, dict[int, float]]] = {}
-    first, last = max(1, frames // 5), max(2, frames * 9 // 10)
-
-    def cpu_now() -> dict[int, float]:
-        """CPU seconds per process: a delta is only taken for processes alive at both marks (one
-        that exits in between would otherwise subtract its whole history)."""
-        per_pid: dict[int, float] = {}
-        me = psutil.Process()
-        for proc in [me, *me.children(recursive=True)]:
-            try:
-                t = proc.cpu_times()
-                per_pid[proc.pid] = t.user + t.system
-            except psutil.Error:
-                continue
-        return per_pid
-
-    def progress(done: int, _total: int | None) -> None:
-        if done in (first, last):
-            marks[done] = (time.monotonic(), cpu_now())
-
-    try:
-        report = Supervisor(plan, progress=progress).run()
-        latencies = json.loads(open(latencies_path, encoding="utf-8").read())
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    if report.exit_code or first not in marks or last not in marks:
-        raise RuntimeError(f"bench transport: the no-op pipeline failed: {report.error}")
-    (t0, c0), (t1, c1) = marks[first], marks[last]
-    counted = last - first
-    cpu_s = sum(max(0.0, c1[pid] - c0[pid]) for pid in c0.keys() & c1.keys())
-    out = _summary(latencies[first:last], cpu_s, counted)
-    out["fps"] = counted / (t1 - t0) if t1 > t0 else None
-    return out
-
-
-def _summary(latencies: Sequence[float], cpu_s: float, frames: int, **extra: float) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "latency_ms": {
-            "p50": harness.percentile(latencies, 50),
-            "p99": harness.percentile(latencies, 99),
-            "mean": sum(latencies) / len(latencies) if latencies else None,
-        },
-        "cpu_ms_per_frame": cpu_s / frames * 1000.0 if frames else None,
-    }
-    for key, value in extra.items():
-        out[f"{key}_ms_per_frame"] = value / frames * 1000.0 if frames else None
-    return out
+        return transport_hops.to_gpu(mode, width, height, frames, warmup, spin_wait)
+    return transport_hops.hop(mode, width, height, frames, warmup)
 
 
 def format_table(result: Mapping[str, Any]) -> str:

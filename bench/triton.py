@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from framewire import load_config
     from framewire.components import resolve_inputs
 
-    from bench.pipeline import describe_job, redirect_outputs, run_daemon
+    from bench.jobs import describe_job, redirect_outputs
+    from bench.runs import run_daemon
 
     config = resolve_inputs(load_config(args.config, args.overrides), [harness.ROOT])
     jobs = {name: variant(config, name, args) for name in args.variants}

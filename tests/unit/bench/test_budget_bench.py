@@ -12,7 +12,7 @@ from typing import Any
 import av
 import pytest
 
-from bench import budget, harness, limit, pyspy
+from bench import budget_file, budget_live, harness, limit, pyspy
 from framewire import cli
 from framewire.config import Policy, load_config
 
@@ -147,14 +147,14 @@ def test_the_reference_encoder_codes_each_frame_at_its_own_time(tiny_job: Path) 
 
 def test_a_short_clip_is_looped_without_re_encoding(tiny_job: Path, tmp_path: Path) -> None:
     clip = load_config(str(tiny_job)).sources[0].uri
-    path, frames = budget.looped_clip(clip, 30, tmp_path)
+    path, frames = budget_file.looped_clip(clip, 30, tmp_path)
     assert (path, frames) == (str(tmp_path / "looped-face.mp4"), 36)
     with av.open(path) as container:
         decoded = list(container.decode(video=0))
     assert len(decoded) == 36
     times = [f.time for f in decoded]
     assert times == sorted(times) and len(set(times)) == 36  # the copies follow one another
-    assert budget.looped_clip(clip, 12, tmp_path) == (clip, 12)  # long enough: itself
+    assert budget_file.looped_clip(clip, 12, tmp_path) == (clip, 12)  # long enough: itself
 
 
 # --- the live job --------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ outputs: [{kind: video_file, path: "out/{source_id}.mp4"}, {kind: jsonl, path: "
 
 
 def test_the_live_job_reads_n_streams_dropping_the_oldest(tmp_path: Path) -> None:
-    job = budget.live_job(load_config("job.yaml", text=LIVE), "rtsp://127.0.0.1:5554/live", 3, 500, tmp_path)
+    job = budget_live.live_job(load_config("job.yaml", text=LIVE), "rtsp://127.0.0.1:5554/live", 3, 500, tmp_path)
     assert [s.id for s in job.sources] == ["cam0", "cam1", "cam2"]
     for source in job.sources:
         assert source.uri == "rtsp://127.0.0.1:5554/live" and source.is_live
@@ -311,7 +311,7 @@ def test_a_run_that_puts_out_nothing_fails_the_start_up_probe_with_its_error(tin
     error naming the config it ran and the command's last line, not a time."""
     import shutil
 
-    from bench.budget import cli_startup
+    from bench.budget_file import cli_startup
     from framewire import load_config
 
     clip = tmp_path / "gone.mp4"

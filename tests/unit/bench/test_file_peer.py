@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
-from bench import budget, file_peer, harness
+from bench import budget, budget_file, file_peer, harness
 from framewire import UsageError, cli
 from framewire.config import load_config
 
@@ -94,13 +94,13 @@ def test_the_program_needs_a_model_thread(tmp_path: Path) -> None:
 
 def test_the_file_peer_s_share_sets_it_against_the_limit_the_work_and_framewire() -> None:
     share = {"limit_wall_s": 4.0, "work_ms_per_frame": 10.0, "framewire_ms_per_frame": 14.0, "wall_s": 6.0}
-    got = budget.file_peer_share(share, {"ms_per_frame": 16.0, "wall_s": 8.0, "startup_s": 1.0})
+    got = budget_file.file_peer_share(share, {"ms_per_frame": 16.0, "wall_s": 8.0, "startup_s": 1.0})
     assert got == pytest.approx({
         "peer_ms_per_frame": 16.0, "peer_cpu_ratio": 1.6, "peer_wall_s": 8.0, "peer_wall_ratio": 2.0,
         "peer_startup_s": 1.0, "peer_after_startup_ratio": 1.75, "framewire_vs_peer_cpu": 0.875,
         "framewire_vs_peer_wall": 0.75,
     })  # fmt: skip
-    assert budget.file_peer_share(share, {"ms_per_frame": None, "wall_s": 8.0, "startup_s": None})[
+    assert budget_file.file_peer_share(share, {"ms_per_frame": None, "wall_s": 8.0, "startup_s": None})[
         "peer_after_startup_ratio"] is None  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench import latency
+from bench import latency, latency_stats
 from framewire.config import Policy, load_config
 
 pytestmark = pytest.mark.timeout(30)
@@ -46,7 +46,7 @@ def test_stats_count_every_frame_and_the_lag_behind_the_stream() -> None:
     origin = 1000.0
     records = [record(0, 0.0, 300.0), record(3, 0.3, 300.0), record(6, 0.6, 300.0)]
     done = [origin + 0.05 + 0.3, origin + 0.3 + 0.15 + 0.3, origin + 0.6 + 0.15 + 0.3]
-    stats = latency.run_stats(
+    stats = latency_stats.run_stats(
         records, done, output=3, dropped=7, stale=4, failed=0, first_out=done[0], stop=origin + 2.0, fps=10
     )
     assert stats["frames"] == {
@@ -56,26 +56,26 @@ def test_stats_count_every_frame_and_the_lag_behind_the_stream() -> None:
     assert stats["latency_ms"]["p50"] == pytest.approx(300.0) and stats["latency_ms"]["max"] == 300.0
     # The stream's clock is set by frame 0, the soonest read (50 ms late): the lag is measured from
     # there, so the socket's 150 ms show as 100 more than frame 0's.
-    assert latency.lag_ms(records, done) == pytest.approx([300.0, 400.0, 400.0])
+    assert latency_stats.lag_ms(records, done) == pytest.approx([300.0, 400.0, 400.0])
     assert stats["lag_ms"]["p50"] == pytest.approx(400.0) and stats["lag_ms"]["max"] == pytest.approx(400.0)
     assert stats["output_fps"] == pytest.approx(3 / (origin + 2.0 - done[0]))
 
 
 def test_seqs_missing_without_a_stale_drop_are_caught() -> None:
     records = [record(0, 0.0, 100.0), record(5, 0.5, 100.0)]  # seqs 1-4 sent, only 2 counted stale
-    stats = latency.run_stats(
+    stats = latency_stats.run_stats(
         records, [1.1, 1.6], output=2, dropped=2, stale=2, failed=0, first_out=1.1, stop=2.0, fps=10
     )
     assert stats["frames"]["seqs_accounted"] is False
-    assert latency.verdict({**stats, "policy": "drop_oldest", "latency_budget_ms": 500})["holds"] is False
+    assert latency_stats.verdict({**stats, "policy": "drop_oldest", "latency_budget_ms": 500})["holds"] is False
 
 
 def test_lag_growth_is_the_slope_in_seconds_per_second() -> None:
     done = [0.0, 1.0, 2.0, 3.0]
-    assert latency.growth([100.0, 1000.0, 1900.0, 2800.0], done) == pytest.approx(0.9)
-    assert latency.growth([500.0, 500.0, 500.0, 500.0], done) == pytest.approx(0.0)
-    assert latency.growth([1.0, 2.0], [0.0, 1.0]) is None
-    assert latency.lag_ms([record(0, 0.0, 1.0)], []) == []  # records and times must pair up
+    assert latency_stats.growth([100.0, 1000.0, 1900.0, 2800.0], done) == pytest.approx(0.9)
+    assert latency_stats.growth([500.0, 500.0, 500.0, 500.0], done) == pytest.approx(0.0)
+    assert latency_stats.growth([1.0, 2.0], [0.0, 1.0]) is None
+    assert latency_stats.lag_ms([record(0, 0.0, 1.0)], []) == []  # records and times must pair up
 
 
 def stats_for(policy: str, *, p99: float | None, read: int, output: int, policy_drops: int, stale: int,
@@ -110,13 +110,13 @@ def stats_for(policy: str, *, p99: float | None, read: int, output: int, policy_
     ],
 )  # fmt: skip
 def test_verdict(stats: dict[str, Any], holds: bool, words: str) -> None:
-    found = latency.verdict(stats)
+    found = latency_stats.verdict(stats)
     assert found["holds"] is holds
     assert words in found["text"]
 
 
 def test_block_is_judged_on_drops_not_on_the_budget() -> None:
-    found = latency.verdict(stats_for("block", p99=9000, read=50, output=50, policy_drops=0, stale=0))
+    found = latency_stats.verdict(stats_for("block", p99=9000, read=50, output=50, policy_drops=0, stale=0))
     assert found["holds"] is True and found["p99_within_budget"] is False
 
 
@@ -144,13 +144,13 @@ def test_socket_queues_of_the_server_and_its_client(tmp_path: Path) -> None:
 
 
 def test_the_table_has_a_column_per_policy_and_a_verdict_line() -> None:
-    run = latency.run_stats(
+    run = latency_stats.run_stats(
         [record(0, 0.0, 400.0)], [10.4], output=1, dropped=3, stale=1, failed=0, first_out=10.4, stop=11.0, fps=25
     )
     run.update(policy="drop_oldest", max_staleness_ms=300.0, latency_budget_ms=2000.0, over_budget=0,
                reconnects=0, cores_used=1.5, peak_rss_mib=900.0, memory={"pss_mib": 600.0},
                socket_backlog_kib={"server_send_q_max": 1.0, "client_recv_q_max": 2.0}, exit_code=0)  # fmt: skip
-    run["verdict"] = latency.verdict(run)
+    run["verdict"] = latency_stats.verdict(run)
     result = {"config": "live.yaml", "seconds": 1.0, "latency_budget_ms": 2000.0, "runs": {"drop_oldest": run},
               "source": {"clip": "clip.mp4", "width": 64, "height": 48, "fps": 25}}  # fmt: skip
     text = latency.format_table(result)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import budget, harness, live_peer
+from bench import budget_live, harness, live_peer
 from framewire import cli
 from framewire.config import load_config
 
@@ -89,9 +89,9 @@ def test_a_stream_without_frames_in_the_window_fails_the_slowest_and_the_share_k
 
 
 def test_the_peer_s_share_sets_it_against_the_work_and_framewire() -> None:
-    share = budget.peer_share({"work_ms_per_frame": 4.0, "framewire_ms_per_frame_out": 6.0}, {"ms_per_frame_out": 5.0})
+    share = budget_live.peer_share({"work_ms_per_frame": 4.0, "framewire_ms_per_frame_out": 6.0}, {"ms_per_frame_out": 5.0})
     assert share == pytest.approx({"peer_ms_per_frame_out": 5.0, "peer_frame_ratio": 1.25, "framewire_vs_peer": 1.2})
-    assert budget.peer_share({"work_ms_per_frame": 4.0}, {"ms_per_frame_out": None})["framewire_vs_peer"] is None
+    assert budget_live.peer_share({"work_ms_per_frame": 4.0}, {"ms_per_frame_out": None})["framewire_vs_peer"] is None
 
 
 def _config_json(tiny_job: Path, folder: Path) -> Path:

@@ -66,7 +66,7 @@ def test_loop_threads_default_to_the_daemons_total() -> None:
 
 
 def test_redirect_outputs_adds_jsonl_and_moves_files(tmp_path: Path) -> None:
-    from bench.pipeline import redirect_outputs
+    from bench.jobs import redirect_outputs
     from framewire.config import JsonlOutput, VideoFileOutput, ZmqOutput, load_config
 
     config = load_config("x", [], text=_MINIMAL)
@@ -90,7 +90,7 @@ outputs:
 def test_the_hub_process_is_counted_for_this_run_only() -> None:
     # The sampler reads each process's total; the bench process also ran the earlier runs.
     from bench import harness
-    from bench.pipeline import _this_run
+    from bench.runs import _this_run
 
     seen = {harness.HUB_PROCESS: 64.0, "infer[0]": 8.0, "output[0]": 20.0}
     assert _this_run(seen, 2.5) == {harness.HUB_PROCESS: 2.5, "infer[0]": 8.0, "output[0]": 20.0}

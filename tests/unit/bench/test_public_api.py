@@ -26,11 +26,11 @@ PUBLIC: dict[str, set[str]] = {
 """The modules bench may import from, and the names each one offers."""
 
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("transport.py", "framewire.pipeline.plan"): "measures the hub: a Plan with a stage that does nothing",
-    ("transport.py", "framewire.pipeline.run.supervisor"): "measures the hub: runs that Plan's Supervisor",
-    ("transport.py", "framewire.pipeline.wire"): "measures the hub's wire: its message encoding",
-    ("transport.py", "framewire.pipeline.wire.framepool"): "measures the hub's wire: the shared-memory frame pool",
-    ("transport.py", "framewire.engines"): "measures the hop from a pool slot to the GPU: the backend's own copies (`cuda`)",
+    ("transport_hub.py", "framewire.pipeline.plan"): "measures the hub: a Plan with a stage that does nothing",
+    ("transport_hub.py", "framewire.pipeline.run.supervisor"): "measures the hub: runs that Plan's Supervisor",
+    ("transport_hops.py", "framewire.pipeline.wire"): "measures the hub's wire: its message encoding",
+    ("transport_hops.py", "framewire.pipeline.wire.framepool"): "measures the hub's wire: the frame pool",
+    ("transport_hops.py", "framewire.engines"): "measures the hop from a pool slot to the GPU (`cuda`)",
     ("lipsync.py", "framewire.pipeline.wire.audioring"): "its loop feeds the audio steps through the daemon's audio ring",
     ("console.py", "framewire.pipeline.ops.preview"): "measures the console's previews on the hub's side",
     ("console.py", "framewire.pipeline.wire.framepool"): "measures the previews' hand-over from a frame-pool slot",
@@ -159,10 +159,10 @@ def test_the_check_fails_on_internals_in_several_places() -> None:
     source = (
         "from framewire.pipeline.wire import messages\n"
         "import os\n"
-        "from framewire.pipeline.plan import Plan\n"
+        "from framewire.pipeline.wire.framepool import FramePool\n"
     )
-    assert problems("transport.py", source) == [
-        "bench/transport.py: its internal imports are in several places (lines 1, 3): keep them in one"
+    assert problems("transport_hops.py", source) == [
+        "bench/transport_hops.py: its internal imports are in several places (lines 1, 3): keep them in one"
     ]
 
 
