@@ -72,7 +72,7 @@ class StageSpec:
     decodes_sources: bool = False
     """Its workers decode their share of the live sources themselves (the live layout,
     stages.live_layout; `stages.layout: live`): no decode worker, and no FRAME or WORK, for those
-    sources (pipeline.hub.live, pipeline.worker.live_loop)."""
+    sources (pipeline.hub.shares, pipeline.worker.live_loop)."""
     shares: Shares = ()
     """With `decodes_sources`: the live sources each worker decodes, by worker index."""
 

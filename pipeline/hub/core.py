@@ -28,7 +28,7 @@ from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs, SourceRecord
-from framewire.pipeline.hub.live import LiveLayout, admit, lose_worker
+from framewire.pipeline.hub.shares import LiveLayout, admit, lose_worker
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker

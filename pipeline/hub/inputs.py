@@ -28,7 +28,7 @@ from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.wire.shm import segment_name
 from framewire.pipeline.plan import Plan, Policy, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
-from framewire.pipeline.hub.live import LiveLayout, reopen
+from framewire.pipeline.hub.shares import LiveLayout, reopen
 from framewire.pipeline.hub.peers import DecodeWorker, ShareWorker
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
 from framewire.pipeline.hub.routing import FrameState, Router
@@ -88,6 +88,8 @@ class SourceRecord:
     """Audio counters from decode's STATS: windows by what the missing-audio policy did, gap seconds."""
     lost: int = 0
     """The live layout: frames its worker had read and not sent on when it died or let go of it."""
+    last: tuple[int, float] | None = None
+    """The live layout: the pts and time of its last frame in, which a worker that opens it again goes on from."""
     live_read: int = 0
     live_out: int = 0
     """The live layout: frames its current worker says it read, and of them those heard of since

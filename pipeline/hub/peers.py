@@ -119,7 +119,7 @@ class Roster:
 
 
 class ShareWorker:
-    """A live source read by a worker of the model's stage (the live layout: pipeline.hub.live) as the
+    """A live source read by a worker of the model's stage (the live layout: pipeline.hub.shares) as the
     inputs see it: what they would send its decode worker (POOL, GRANT, STOP) goes to the worker whose
     share holds it now, naming the source; nothing goes while that worker is down or not READY yet
     (it is told again when it opens the source: Inputs.on_stream)."""

@@ -1,6 +1,6 @@
 """The loop of a live-layout worker: the model's stage worker, reading its share of the live sources itself.
 
-The hub shares the live sources out across the workers of the model's stage (pipeline.hub.live) and
+The hub shares the live sources out across the workers of the model's stage (pipeline.hub.shares) and
 tells each its share (SHARE). For each source the worker runs a reader thread (live_share.SourceReader):
 it opens the source and puts every frame it reads into the share, at most one waiting a source, drops
 counted by the source's policy. The loop announces the stream (STREAM), gets its pool and slots (POOL,
@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections import deque
+from fractions import Fraction
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,20 @@ class Shared:
         self.no_slot = 0
         """Frames taken while every slot was with the outputs: dropped, like the decode worker's."""
         self.stats: SourceStats | None = None
+        self.after: tuple[int, float] | None = None
+        """Opened again (its worker restarted, or it moved): the pts and time of its last frame before."""
+        self.shift: tuple[int, float] | None = None
+        """What its frames' pts and time are moved by so that they go on after `after` (fixed at the first)."""
+
+    def clock(self, pts: int, time_s: float) -> tuple[int, float]:
+        """A frame's pts and time, moved past the frames the source gave before it was opened again
+        (a new reader's clock starts afresh; the outputs take increasing timestamps only)."""
+        if self.shift is None:
+            self.shift = (0, 0.0)
+            if self.after is not None and pts <= self.after[0]:
+                ticks, seconds = frame_step(self.reader.info or {})
+                self.shift = (self.after[0] + ticks - pts, self.after[1] + seconds - time_s)
+        return pts + self.shift[0], time_s + self.shift[1]
 
 
 class LiveLoop(Loop):
@@ -119,6 +134,9 @@ class LiveLoop(Loop):
 
     def _source_message(self, one: Shared, kind: str, header: Mapping[str, Any]) -> None:
         if kind == msg.POOL and header.get("pool"):
+            after = header.get("pts_after"), header.get("time_after")
+            if type(after[0]) is int and isinstance(after[1], int | float):
+                one.after = (after[0], float(after[1]))
             self._attach(one, dict(header["pool"]), header.get("next_seq"))
         elif kind == msg.GRANT:
             if one.pool is not None:  # granted before the pool came: the hub grants again after it
@@ -155,7 +173,7 @@ class LiveLoop(Loop):
         ended = one.reader.counts
         counts = ended if ended is not None else self.share.remove(source_id)
         self._detach(one)
-        lost = counts.lost + (counts.overflow - one.told.overflow) + (counts.stale - one.told.stale)
+        lost = counts.lost + counts.overflow - one.told.overflow + counts.stale - one.told.stale + one.no_slot
         self.conn.send({"type": msg.SHARE, "released": source_id, "lost": lost, "next_seq": one.next_seq})
 
     def _attach(self, one: Shared, wire: dict[str, Any], next_seq: Any) -> None:
@@ -242,14 +260,18 @@ class LiveLoop(Loop):
             one.no_slot += 1
             return True
         self._run(one, waiting, one.free.popleft())
+        limit = one.reader.options.max_frames
+        if limit is not None and one.next_seq >= limit:  # counted over its readers: one opened again goes on
+            one.reader.stop()
         return True
 
     def _run(self, one: Shared, waiting: Waiting, slot: int) -> None:
         assert one.pool is not None
         seq = one.next_seq
         one.next_seq += 1
+        pts, time_s = one.clock(int(waiting.pts), float(waiting.time_s))
         frame = Frame(
-            waiting.source, seq, int(waiting.pts), float(waiting.time_s), int(waiting.image.shape[1]),
+            waiting.source, seq, pts, time_s, int(waiting.image.shape[1]),
             int(waiting.image.shape[0]), slot=slot, pool=one.pool, pool_wire=one.pool_wire,
         )
         error: str | None = None
@@ -275,10 +297,18 @@ class LiveLoop(Loop):
 
     def _steps(self, one: Shared) -> dict[str, int]:
         """What the hub has not heard of the source's counts: drops since its last frame, and reads."""
-        counts = self.share.counts_of(one.reader.source_id)
-        if counts is None:
-            return {"dropped": one.no_slot, "stale_n": 0, "read": 0}
+        counts = self.share.counts_of(one.reader.source_id) or one.reader.counts or one.told
         dropped = counts.overflow - one.told.overflow + one.no_slot
         stale = counts.stale - one.told.stale
         one.told, one.no_slot = counts, 0
         return {"dropped": dropped, "stale_n": stale, "read": counts.read}
+
+
+def frame_step(info: Mapping[str, Any]) -> tuple[int, float]:
+    """One frame's duration in the stream's time base and in seconds, from its info (`fps`, `time_base`
+    as "num/den"); one tick and no time when it does not say."""
+    try:
+        fps, base = Fraction(str(info["fps"])), Fraction(str(info["time_base"]))
+        return max(1, round(1 / (fps * base))), float(1 / fps)
+    except (KeyError, ValueError, ZeroDivisionError):
+        return 1, 0.0

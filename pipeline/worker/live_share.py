@@ -211,6 +211,7 @@ class SourceReader:
         wait_for_pool: bool = False,
     ) -> None:
         self.source_id = source.source_id
+        self.options = source.options
         self._plan, self._share, self._wake = source, share, wake
         self._stop = threading.Event()
         self.pool_ready = threading.Event()

@@ -1,4 +1,4 @@
-"""The hub's share-out of the live layout (pipeline.hub.live), without processes: which worker reads each
+"""The hub's share-out of the live layout (pipeline.hub.shares), without processes: which worker reads each
 live source, what each is told and when, and a source that moves when the shares grow uneven."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from framewire.pipeline.hub.live import LiveLayout
+from framewire.pipeline.hub.shares import LiveLayout
 from framewire.pipeline.hub.peers import Roster, StageWorker
 from framewire.pipeline.plan import Policy, SourceOptions, SourcePlan
 from framewire.pipeline.stagespec import StageSpec

@@ -132,7 +132,10 @@ def reopen(record: SourceRecord, router: Router) -> None:
     record.ungranted = [slot for slot in range(record.pool.layout.slots) if slot not in in_use]
     record.spare, record.held = 0, []
     record.live_read = record.live_out = 0
-    record.worker.send({"type": msg.POOL, "source": sid, "pool": record.wire, "next_seq": router.received(sid)})
+    pool: dict[str, Any] = {"type": msg.POOL, "source": sid, "pool": record.wire, "next_seq": router.received(sid)}
+    if record.last is not None:  # the new reader's clock starts again: its frames go on after these
+        pool["pts_after"], pool["time_after"] = record.last
+    record.worker.send(pool)
     if record.stopping:
         record.worker.send({"type": msg.STOP})
 
@@ -150,6 +153,8 @@ def admit(
     into the routing past that stage, its counts into the source's record."""
     head = FrameHeader.read(header, record.source_id)
     count_frame(record, header)
+    time_s = header.get("time")
+    record.last = (head.pts, float(time_s) if isinstance(time_s, int | float) else 0.0)
     record.spare -= 1
     record.first_in = record.first_in if record.first_in is not None else time.monotonic()
     record.dropped += head.dropped
