@@ -161,6 +161,7 @@ class Hub:
             elif isinstance(worker, DecodeWorker):
                 self._from_decode(worker, header, tensors)
             else:
+                worker.heard = time.monotonic()
                 self._from_stage(worker, header["type"], header, tensors)
         except msg.WireError as exc:
             self.observer.on_bad_message(msg.bad_message_reason(str(exc)))

@@ -117,14 +117,18 @@ class Lifecycle:
         for worker in self.processes.values():
             if not isinstance(worker, StageWorker) or worker.stalled or worker.backend_down:
                 continue
-            if not worker.inflight:
+            if worker.spec.decodes_sources and worker.ready and now - worker.heard > limit:
+                worker.stalled = f"hung: silent for {now - worker.heard:.1f} s, over stages.stall_timeout_s"
+            elif not worker.inflight:
                 continue
-            key, sent = min(worker.inflight.items(), key=lambda item: item[1])
-            if now - sent <= limit:
-                continue
-            worker.stalled = (
-                f"hung: held frame {key.seq} of source {key.source} for {now - sent:.1f} s, over stages.stall_timeout_s"
-            )
+            else:
+                key, sent = min(worker.inflight.items(), key=lambda item: item[1])
+                if now - sent <= limit:
+                    continue
+                worker.stalled = (
+                    f"hung: held frame {key.seq} of source {key.source} for {now - sent:.1f} s, "
+                    "over stages.stall_timeout_s"
+                )
             log.error("%s %s; killing it", worker.name, worker.stalled)
             worker.process.kill()
             killed.append(worker)

@@ -42,6 +42,8 @@ class StageWorker:
         """Why the hub killed it as hung, for its death's message."""
         self.backend_down: str | None = None
         """Why its backend does not answer (its STATUS), while it waits for it; None: it answers."""
+        self.heard = 0.0
+        """When it last sent anything (monotonic): a live-layout worker says something every second."""
 
     @property
     def available(self) -> bool:

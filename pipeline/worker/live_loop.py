@@ -39,6 +39,9 @@ from framewire.pipeline.worker.stage import POLL_MS, Loop
 
 log = logging.getLogger(__name__)
 
+BEAT_S = 1.0
+"""How often a live-layout worker tells the hub it lives, frames or not (the hub's stall check)."""
+
 
 class Shared:
     """One source of this worker's share: its reader, its pool and slots, the seq its next frame takes,
@@ -86,11 +89,13 @@ class LiveLoop(Loop):
         self._poller = zmq.Poller()
         self._poller.register(self.conn.sock, zmq.POLLIN)
         self._poller.register(self._wake_r, zmq.POLLIN)
+        self._beat_at = 0.0
 
     def run(self) -> None:
         try:
             while True:
                 self._send_counts()
+                self._beat()
                 self._tend()
                 waiting = self.share.waiting or bool(self.backlog)
                 events = dict(self._poller.poll(0 if waiting else POLL_MS))
@@ -231,6 +236,14 @@ class LiveLoop(Loop):
             one.reader.join(STOP_WAIT_S)
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+    def _beat(self) -> None:
+        """A word to the hub every BEAT_S: a worker whose frames never pass through the hub's hands is
+        known to be alive (not hung in a stage call) by that (Lifecycle.kill_stalled)."""
+        now = time.monotonic()
+        if now - self._beat_at >= BEAT_S:
+            self._beat_at = now
+            self.conn.send({"type": msg.STATUS, "beat": True})
 
     def _wake(self) -> None:
         """A reader's sign (from its thread) that the loop has something to do."""

@@ -192,3 +192,23 @@ def test_sources_added_at_run_time_are_shared_out_and_one_moves_when_the_shares_
     for sid in ("a", "c"):
         recs = records(tmp_path, sid)
         assert [r["seq"] for r in recs] == list(range(len(recs)))  # in order across the move
+
+
+def test_a_hung_worker_is_killed_and_restarted_with_its_sources(tmp_path: Path) -> None:
+    # Its frames never pass through the hub's hands: it is known to live by its beat, once a second.
+    sources = [live("cam", 300, delay_s=0.01)]
+    middle = [
+        StageSpec("infer", 1, functools.partial(fakes.HangsOnce, "inf", 30, str(tmp_path / "hung")),
+                  sheds=True, skips_stale=True),
+        StageSpec("out", 1, functools.partial(live_fakes.timed_sink, str(tmp_path)), writes_output=True),
+    ]
+    job = Plan(stages=tuple(live_layout(middle, live_sources(sources))), sources=tuple(sources),
+               slot_layout=fakes.layout, stall_timeout_s=1.5, restart_backoff_s=(0.1, 1.0))
+    supervisor = Supervisor(job)
+    report = supervisor.run()
+    assert (tmp_path / "hung").exists()  # it did hang
+    assert report.exit_code == 0, report.error
+    assert report.restarts == {"infer": 1}
+    assert list(supervisor.metrics.values("framewire_worker_stalls_total").values()) == [1.0]
+    recs = records(tmp_path, "cam")
+    assert [r["seq"] for r in recs] == list(range(len(recs))) and len(recs) > 40  # it went on after
