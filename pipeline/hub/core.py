@@ -87,6 +87,8 @@ class Hub:
         self._next_tick = 0.0
         self.tap: FrameTap | None = None
         """Shown each finished frame before its slot goes back (the console's previews); None: off."""
+        self.frame_hook = plan.frame_hook
+        """Told of each finished frame, with every stage's and output's span (`tracing:`); None: off."""
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -213,6 +215,8 @@ class Hub:
         if key not in self.router.frames:
             return
         if peer.stage in self.router.outputs:
+            if self.frame_hook is not None:
+                self._keep_spans(key, result.spans)
             self.router.written(key)
             return
         if self.router.at(key, peer.stage) is None:
@@ -279,6 +283,8 @@ class Hub:
         self.observer.on_done(key.source, latency)
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
+        if self.frame_hook is not None:
+            self.frame_hook.frame_done(state.header)
         if self.tap is not None and record.pool is not None:
             shown = shown_region(state.header.get("meta"))  # as the outputs show it
             self.tap.frame_done(key.source, record.pool, state.slot, frozenset({IMAGE, shown}))
@@ -286,6 +292,12 @@ class Hub:
         self.done_total += 1
         if self.progress is not None:
             self.progress(self.done_total, self.inputs.expected_total(sum(self.report.frames.values())))
+
+    def _keep_spans(self, key: FrameKey, spans: Mapping[str, Any]) -> None:
+        """An output's span (its members' when fused) joins the frame's `ts` for `frame_hook`."""
+        timings = self.router.frames[key].header.setdefault("ts", {})
+        if isinstance(timings, dict):
+            timings.update(spans)
 
     def _grant_when_ready(self) -> None:
         """Sources get their slots once every stage has a worker up: frames then never wait on a
@@ -362,11 +374,14 @@ class Hub:
             self.inputs.stop(record)
 
     def close(self) -> None:
-        """Stop the workers (bounded), unlink the pools, close the sockets."""
+        """Stop the workers (bounded), unlink the pools, close the sockets; then the frame hook
+        (which sends what it has left)."""
         self.lifecycle.stop_all()
         self.inputs.close_pools()
         self.sock.close(linger=0)
         self.ctx.term()
+        if self.frame_hook is not None:
+            self.frame_hook.close()
 
     def fold_into(self, report: Report) -> None:
         """The sources still listed and the restarts, into the job's report."""
