@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "triton": ("bench.triton", "ONNX Runtime in the daemon against a Triton server: over gRPC and shared memory"),
     "lipsync": ("bench.lipsync", "the lip-sync generator with 1-3 processes: fps per process, time outside the model, vs a loop"),
     "recording": ("bench.recording", "a stream recorded without re-encoding and its clips' ring, per core"),
+    "tracing": ("bench.tracing", "what tracing: costs the daemon's process a frame: off, 1 frame in 1, 1 in 100"),
     "budget": ("bench.budget", "framewire's cost against the work alone (decode, model, encode); --profile: per process"),
 }
 

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import os
+
 import numpy as np
 
 from framewire.pipeline.stagespec import Facts
@@ -21,6 +23,13 @@ show it, set by a stage that drew on a copy of the image (the composite stage's 
 image as decoded."""
 
 
+def traceparent() -> str:
+    """A new W3C trace context (`00-<trace id>-<root span id>-01`) for a frame that is traced: chosen
+    where the frame enters (its decode), carried in its header by every stage (`Frame.trace`), and
+    read when every output wrote it (framewire.app.tracing exports its spans under these ids)."""
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
 def shown_region(meta: Mapping[str, Any] | None) -> str:
     """The slot region a frame with this `meta` is shown from (`SHOWS`)."""
     shown = meta.get(SHOWS) if meta else None
@@ -34,7 +43,8 @@ class Frame:
     The pixels stay in the frame pool (`region("image")`, `region("input")`, `region("output")`);
     `tensors` holds the small tensors that travel inline (model outputs, a matte), `meta` what
     preprocessing tells postprocessing, `result` the task's JSON answer, `timings` when each stage
-    started and finished (seconds since the epoch), `error` why a stage could not process it.
+    started and finished (seconds since the epoch), `error` why a stage could not process it, `trace`
+    its trace context when it is traced (`traceparent`).
     """
 
     source_id: str
@@ -60,6 +70,9 @@ class Frame:
     scratch: dict[str, np.ndarray] | None = None
     """Regions that live in this process only and never travel (the model input that a fused stage's
     preprocess writes for its own inference: `stages.preprocess`); looked up before the pool."""
+    trace: str | None = None
+    """The frame's W3C trace context (`traceparent`) when its source traces it (`tracing:`); None: not
+    traced. Carried from stage to stage in the header (`trace`)."""
 
     def region(self, name: str) -> np.ndarray:
         """Region `name` (image, input, output) of this frame's slot: a view of shared memory, or
@@ -105,6 +118,8 @@ class Frame:
             head["error"] = self.error
         if self.deadline is not None:
             head["deadline"] = self.deadline
+        if self.trace is not None:
+            head["trace"] = self.trace
         return head
 
     @classmethod
@@ -129,7 +144,12 @@ class Frame:
             error=header.get("error"),
             pool_wire=pool_wire,
             deadline=float(header["deadline"]) if header.get("deadline") is not None else None,
+            trace=_trace(header.get("trace")),
         )
+
+
+def _trace(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _unheard(event: dict[str, Any]) -> None:

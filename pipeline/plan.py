@@ -45,6 +45,9 @@ class SourceOptions:
     only): the live sources' shares add up, and past their sum a source at or over its own drops
     its oldest or newest waiting frame, the one that lost the fewest lately (pipeline.hub.shedding);
     None: no bound."""
+    trace_every: int | None = None
+    """1 in this many of its frames (those whose seq it divides) gets a trace context where it enters
+    (`Frame.trace`), and its spans are exported when it is done (`Plan.frame_hook`); None: none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", Policy(self.policy))  # "drop_oldest" as well as the enum
@@ -143,6 +146,18 @@ class FleetSettings:
     `resume: true`, so it continues where its outputs stop."""
 
 
+class FrameHook(Protocol):
+    """Told of each frame once every output wrote it, in the hub's thread (framewire.app.tracing:
+    the traced frames' spans, exported); must be quick and must not raise."""
+
+    def frame_done(self, header: Mapping[str, Any]) -> None:
+        """The frame's last header: its `source`, `seq`, `trace`, and `ts` with every stage's span,
+        each output's included."""
+
+    def close(self) -> None:
+        """The job ended (the hub closes): send what is left."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
@@ -177,6 +192,8 @@ class Plan:
     checks them before it starts any, so one in use fails at once, naming its key."""
     fleet: FleetSettings | None = None
     """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
+    frame_hook: FrameHook | None = None
+    """Told of each finished frame (`tracing:`); None: nothing is done per frame for it."""
 
     def __post_init__(self) -> None:
         stagespec.check_specs(self.stages)

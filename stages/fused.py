@@ -154,7 +154,18 @@ class Outputs(_Members):
     """Every output in one process: each frame goes to each output in turn, in order."""
 
     def process(self, frame: Frame) -> Iterable[Frame]:
-        self._each(lambda stage: stage.process(frame))
+        spans: dict[str, list[float]] = {}
+        for name, stage in self.members:
+            started = time.time()
+            try:
+                for _ in stage.process(frame):
+                    pass
+            except Exception as exc:
+                raise MemberFailed(f"{name}: {one_line(exc)}") from exc
+            spans[name] = [started, time.time()]
+        # Each output's own span goes back to the hub (tracing:), stamped once all have written the
+        # frame: an output's record lists the stages before the outputs, not its neighbours.
+        frame.timings.update(spans)
         return ()
 
 

@@ -27,11 +27,12 @@ from framewire.config.loading import (
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, OutputConfig, VideoFileOutput, ZmqOutput
 from framewire.config.sources import SOURCE_ID, CameraConfig, Policy, ReconnectConfig, Source, SourceBase, SourceConfig
 from framewire.config.steps import StepConfig
+from framewire.config.tracing import TracingConfig
 
 __all__ = [
     "SOURCE_ID", "AudioConfig", "Backend", "CalibrationConfig", "CameraConfig", "CompositeConfig", "Config",
     "EngineConfig", "HttpConfig", "JsonlOutput", "MissingAudioConfig", "ModelConfig", "Output", "OutputConfig", "Policy",
-    "ReconnectConfig", "SecondaryConfig", "Source", "SourceBase", "SourceConfig", "StageConfig", "StagesConfig", "StepConfig", "TrackingConfig",
+    "ReconnectConfig", "SecondaryConfig", "Source", "SourceBase", "SourceConfig", "StageConfig", "StagesConfig", "StepConfig", "TracingConfig", "TrackingConfig",
     "TransportConfig", "VideoFileOutput", "ZmqOutput", "apply_override", "describe_validation_error", "load_config",
     "load_raw", "output_name", "resolve_inputs", "resolve_path", "validate_config",
 ]

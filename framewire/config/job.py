@@ -15,6 +15,7 @@ from framewire.config.fleet import FleetConfig
 from framewire.config.outputs import CompositeConfig, JsonlOutput, Output, VideoFileOutput, ZmqOutput
 from framewire.config.sources import Source
 from framewire.config.steps import StepConfig
+from framewire.config.tracing import TracingConfig
 
 PREPROCESS, INFER, POSTPROCESS = "preprocess", "infer", "postprocess"
 TRACK, SECONDARY, COMPOSITE = "track", "secondary", "composite"
@@ -197,6 +198,10 @@ class Config(_Model):
     http: HttpConfig = Field(default_factory=HttpConfig, description="Metrics, health and control over HTTP.")
     fleet: FleetConfig = Field(
         default_factory=FleetConfig, description="Replicas that share the sources out (docs: Guides, Fleet)."
+    )
+    tracing: TracingConfig = Field(
+        default_factory=TracingConfig,
+        description="OpenTelemetry traces of sampled frames across the stages (docs: Guides, Tracing).",
     )
 
     @model_validator(mode="after")

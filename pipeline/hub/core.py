@@ -28,7 +28,7 @@ from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
 from framewire.pipeline.hub.inputs import Inputs, SourceRecord
-from framewire.pipeline.hub.shares import LiveLayout, admit, lose_worker
+from framewire.pipeline.hub.shares import LiveLayout, admit
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker
@@ -93,6 +93,8 @@ class Hub:
         self._next_tick = 0.0
         self.tap: FrameTap | None = None
         """Shown each finished frame before its slot goes back (the console's previews); None: off."""
+        self.frame_hook = plan.frame_hook
+        """Told of each finished frame, with every stage's and output's span (`tracing:`); None: off."""
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -226,6 +228,8 @@ class Hub:
         if key not in self.router.frames:
             return
         if peer.stage in self.router.outputs:
+            if self.frame_hook is not None:
+                self._keep_spans(key, result.spans)
             self.router.written(key)
             return
         if self.router.at(key, peer.stage) is None:
@@ -312,6 +316,8 @@ class Hub:
         self.observer.on_done(key.source, latency)
         if latency is not None:
             record.output_late(key.seq, latency * 1000.0)
+        if self.frame_hook is not None:
+            self.frame_hook.frame_done(state.header)
         if self.tap is not None and record.pool is not None:
             shown = shown_region(state.header.get("meta"))  # as the outputs show it
             self.tap.frame_done(key.source, record.pool, state.slot, frozenset({IMAGE, shown}))
@@ -319,6 +325,12 @@ class Hub:
         self.done_total += 1
         if self.progress is not None:
             self.progress(self.done_total, self.inputs.expected_total(sum(self.report.frames.values())))
+
+    def _keep_spans(self, key: FrameKey, spans: Mapping[str, Any]) -> None:
+        """An output's span (its members' when fused) joins the frame's `ts` for `frame_hook`."""
+        timings = self.router.frames[key].header.setdefault("ts", {})
+        if isinstance(timings, dict):
+            timings.update(spans)
 
     def _grant_when_ready(self) -> None:
         """Sources get their slots once every stage has a worker up: frames then never wait on a
@@ -371,7 +383,7 @@ class Hub:
                 continue
             how = worker.stalled or exit_text(worker.process.exitcode)
             if self.live is not None and worker.stage == self.live.stage:
-                self._lose_share(worker)
+                self.live.lose(worker.index, self.inputs.sources, self.router, self._running)
             delay = self.lifecycle.schedule_restart(worker, how)
             self.observer.on_worker_restarted(worker.stage)
             lost = self.requeue(worker)
@@ -379,17 +391,6 @@ class Hub:
                 "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
                 worker.spec.title, how, delay, len(lost),
             )
-
-    def _lose_share(self, worker: StageWorker) -> None:
-        """A live-layout worker died: its sources' frames it held are lost (counted); they open again
-        with its restart (those it was letting go of, on their new worker)."""
-        assert self.live is not None
-        for sid in self.live.shares[worker.index] + tuple(self.live.letting_go(worker.index)):
-            record = self.inputs.sources.get(sid)
-            if record is not None and isinstance(record.worker, ShareWorker):
-                lose_worker(record, self.router)
-        for sid in self.live.letting_go(worker.index):
-            self.live.released(sid, self._running)
 
     def _await_end(self, worker: DecodeWorker) -> None:
         """A decode worker that exited cleanly sent its EOS first, but the EOS may still be on its way
@@ -408,11 +409,14 @@ class Hub:
             self.inputs.stop(record)
 
     def close(self) -> None:
-        """Stop the workers (bounded), unlink the pools, close the sockets."""
+        """Stop the workers (bounded), unlink the pools, close the sockets; then the frame hook
+        (which sends what it has left)."""
         self.lifecycle.stop_all()
         self.inputs.close_pools()
         self.sock.close(linger=0)
         self.ctx.term()
+        if self.frame_hook is not None:
+            self.frame_hook.close()
 
     def fold_into(self, report: Report) -> None:
         """The sources still listed and the restarts, into the job's report."""

@@ -113,6 +113,18 @@ class LiveLayout:
         if self.moving.pop(source_id, None) is not None and running(source_id):
             self._tell(self.peer_of(source_id), source_id)
 
+    def lose(
+        self, index: int, records: Mapping[str, SourceRecord], router: Router, running: Callable[[str], bool]
+    ) -> None:
+        """Worker `index` died: the frames its sources' records say it held are lost (counted); they
+        open again with its restart, and those it was letting go of on their new worker."""
+        for sid in self.shares[index] + tuple(self.letting_go(index)):
+            record = records.get(sid)
+            if record is not None and isinstance(record.worker, ShareWorker):
+                lose_worker(record, router)
+        for sid in self.letting_go(index):
+            self.released(sid, running)
+
     def letting_go(self, index: int) -> list[str]:
         """The sources worker `index` was letting go of (it died before it said it had)."""
         return [sid for sid, old in self.moving.items() if old == index]

@@ -30,6 +30,7 @@ from framewire.pipeline.frame import (
     LiveFrameSource,
     PendingPixels,
     SourceInterrupted,
+    traceparent,
 )
 from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
@@ -274,7 +275,7 @@ class Pump:
         assert self.grants.pool is not None
         slot = self.grants.free.popleft()
         write_picture(self.grants.pool.view(slot, "image"), image, self.source_id, self.seq)
-        staleness_ms = self.options.staleness_ms
+        staleness_ms, trace_every = self.options.staleness_ms, self.options.trace_every
         frame = Frame(
             source_id=self.source_id,
             seq=self.seq,
@@ -286,6 +287,7 @@ class Pump:
             pool_wire=self.grants.pool_wire,
             timings={DECODE: [decoded_at, time.time()]},
             deadline=decoded_at + staleness_ms / 1000.0 if staleness_ms else None,
+            trace=traceparent() if trace_every is not None and self.seq % trace_every == 0 else None,
         )
         header = frame.to_header()
         header["type"] = msg.FRAME

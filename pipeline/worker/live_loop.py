@@ -27,7 +27,7 @@ from typing import Any
 import zmq
 
 from framewire.pipeline.errors import one_line
-from framewire.pipeline.frame import AudioFrameSource, Frame
+from framewire.pipeline.frame import AudioFrameSource, Frame, traceparent
 from framewire.pipeline.plan import SourcePlan
 from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.wire import messages as msg
@@ -283,9 +283,11 @@ class LiveLoop(Loop):
         seq = one.next_seq
         one.next_seq += 1
         pts, time_s = one.clock(int(waiting.pts), float(waiting.time_s))
+        every = one.reader.options.trace_every
         frame = Frame(
             waiting.source, seq, pts, time_s, int(waiting.image.shape[1]),
             int(waiting.image.shape[0]), slot=slot, pool=one.pool, pool_wire=one.pool_wire,
+            trace=traceparent() if every is not None and seq % every == 0 else None,
         )
         error: str | None = None
         outs: list[Frame] = []

@@ -23,6 +23,8 @@ from framewire.app.compose.outputs import build_composites, composite_stages, ou
 from framewire.app.compose.sources import make_source, source_plans
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
+from framewire.app.trace_spans import Chain
+from framewire.app.tracing import frame_hook
 from framewire.config import Config, ZmqOutput
 from framewire.config.job import OUTPUTS
 from framewire.engines.registry import preflight
@@ -89,8 +91,9 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
     check_io(config)
     preflight(config.engine, config.model.path)
     t = config.transport
+    stages = tuple(stage_specs(config))
     return Plan(
-        stages=tuple(stage_specs(config)),
+        stages=stages,
         sources=source_plans(config),
         slot_layout=functools.partial(slot_layout, config, task=task),
         slots_per_source=t.slots_per_source,
@@ -111,6 +114,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
             for i, out in enumerate(config.outputs)
             if isinstance(out, ZmqOutput)
         ),
+        frame_hook=frame_hook(config.tracing, Chain.of(stages)),
     )
 
 

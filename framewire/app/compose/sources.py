@@ -34,16 +34,26 @@ def source_plans(config: Config) -> tuple[SourcePlan, ...]:
     """The config's sources, each with the audio its steps need and the files it resumes from."""
     need, slots = audio_need(config), config.transport.slots_per_source
     spec = tap_spec(config)  # each source's packets shown to the recording outputs' tap (sources.packets)
+    every = trace_every(config)
     return tuple(
-        tap_plan(source_plan(s, need, slots, resume_targets(config, s.id)), spec) for s in config.sources
+        tap_plan(source_plan(s, need, slots, resume_targets(config, s.id), every), spec) for s in config.sources
     )
 
 
+def trace_every(config: Config) -> int | None:
+    """1 in how many frames of each source are traced (`tracing:`); None: off."""
+    return config.tracing.sample_every if config.tracing.enabled else None
+
+
 def source_plan(
-    source: SourceBase, need: AudioNeed = AudioNeed(), slots: int = 16, resume: ResumeTargets | None = None
+    source: SourceBase,
+    need: AudioNeed = AudioNeed(),
+    slots: int = 16,
+    resume: ResumeTargets | None = None,
+    trace_every: int | None = None,
 ) -> SourcePlan:
     """How the decode worker builds and feeds a source; `resume` (a file with `resume: true`): the
-    files it goes on from."""
+    files it goes on from; `trace_every`: 1 in how many of its frames are traced (None: none)."""
     factory: Any = functools.partial(_source, source, need, slots)
     if resume is not None and isinstance(source, SourceConfig) and source.resume:
         factory = functools.partial(FileSource.resuming, source, resume)
@@ -57,6 +67,7 @@ def source_plan(
             max_staleness_ms=source.max_staleness_ms,
             latency_budget_ms=source.latency_budget_ms,
             max_waiting=source.max_waiting if source.max_waiting is not None else MAX_WAITING,
+            trace_every=trace_every,
         ),
     )
 
@@ -89,7 +100,7 @@ def make_source(config: Config, raw: Mapping[str, Any], task: Task | None = None
     if problem:  # the job's outputs must fit resuming, as for the config's own sources
         raise ConfigError(f"source.resume: {problem}")
     slots = config.transport.slots_per_source
-    plan = source_plan(added, audio_need(config), slots, resume_targets(config, added.id))
+    plan = source_plan(added, audio_need(config), slots, resume_targets(config, added.id), trace_every(config))
     return dataclasses.replace(tap_plan(plan, tap_spec(config)), item=dict(raw))
 
 

@@ -175,6 +175,26 @@ def test_outputs_each_get_every_frame_and_a_failing_one_is_named() -> None:
         list(outputs.process(frame(1)))
 
 
+class Seen(Step):
+    """Records which spans the frame carried when it got it (an output's record lists them)."""
+
+    def process(self, frame: Frame) -> Iterable[Frame]:
+        frame.meta.setdefault("seen", []).append(sorted(frame.timings))
+        yield frame
+
+
+def test_fused_outputs_stamp_each_output_s_span_once_every_output_wrote_the_frame() -> None:
+    events: list[str] = []
+    outputs = started(Outputs([("output0.jsonl", Seen("output0.jsonl", events)), ("output1.zmq", Seen("output1.zmq", events))]))
+    one = frame(0)
+    one.timings["infer"] = [1.0, 2.0]
+    assert list(outputs.process(one)) == []
+    assert one.meta["seen"] == [["infer"], ["infer"]]  # neither saw the other's span
+    assert sorted(one.timings) == ["infer", "output0.jsonl", "output1.zmq"]
+    first, second = one.timings["output0.jsonl"], one.timings["output1.zmq"]
+    assert first[0] <= first[1] <= second[0] <= second[1]
+
+
 def test_the_plan_fuses_stages_and_outputs_on_request() -> None:
     config = ROOT / "configs" / "default.yaml"
     split = build_plan(load_config(config, ["stages.fuse=false", "stages.fuse_outputs=false"]))
