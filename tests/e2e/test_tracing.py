@@ -84,3 +84,16 @@ def test_apart_over_http_one_frame_in_two_is_traced_with_a_wait_before_each_stag
     assert sorted(traces) == [0, 2]
     for spans_of in traces.values():
         _check_frame(spans_of, MEMBERS, OUTPUTS, [*MEMBERS, *OUTPUTS])
+
+
+def test_in_the_live_layout_each_frame_read_by_its_worker_sends_the_same_trace(tmp_path: Path) -> None:
+    more = ("tracing.sample_every=1", "stages.layout=live", "sources.0.policy=drop_oldest", "sources.0.realtime=true")
+    with grpc_receiver() as (endpoint, spans):
+        config = framewire.load_config(DEFAULT, _overrides(tmp_path, endpoint, *more))
+        report = framewire.start(config).wait(timeout=180)
+        assert report.exit_code == 0, report.error
+        kept = report.frames["carphone"]  # a paced source drops what the model had no time for
+        assert kept + report.dropped["carphone"] == FRAMES and kept > 0
+        traces = _traces(spans, kept)
+    for spans_of in traces.values():
+        _check_frame(spans_of, MEMBERS, OUTPUTS, ["preprocess", OUTPUTS[0]])
