@@ -32,6 +32,7 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.hub.swap import Swaps
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -82,6 +83,8 @@ class Hub:
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
         self.inputs = Inputs(plan, self.router, self.lifecycle)
         self.events = Events(observer, self.roster, plan, self.known_sources)
+        self.swaps = Swaps(plan, self.lifecycle, self.roster, self.router)
+        """New versions of stages while the job runs (a model's: pipeline.hub.swap)."""
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self._next_tick = 0.0
@@ -126,6 +129,7 @@ class Hub:
             self.observer.on_worker_stalled(peer.stage)
         self._check_workers()
         self.lifecycle.restart_due(now)
+        self.swaps.step(now)
         self.inputs.retire_finished(self.report, self._drop_pool)
         pids = {w.spec.title.removeprefix("framewire: "): w.process.pid for w in self.lifecycle.processes.values()}
         self.observer.on_tick(self.router, self.roster, self.inputs, pids)
@@ -179,6 +183,8 @@ class Hub:
             self.on_result(peer, ResultHeader.read(header), header, tensors)
         elif kind == msg.FAILED:
             self.on_failed(peer, FrameKey.of(header), str(header.get("error", "unknown error")))
+        elif kind == msg.FATAL and self.swaps.on_fatal(peer, str(header.get("error", "unknown error"))):
+            pass  # a swap's new worker could not start: the swap failed, the old workers go on
         elif kind == msg.FATAL:
             peer.finished = True
             raise JobFailed(str(header.get("error", f"{peer.spec.title} failed")), int(header.get("exit", 1)))
@@ -337,6 +343,9 @@ class Hub:
                 self.inputs.on_death(worker, exit_text(worker.process.exitcode))
                 continue
             how = worker.stalled or exit_text(worker.process.exitcode)
+            if self.swaps.on_death(worker, how):  # a swap's worker: nothing restarts it
+                self.requeue(worker)
+                continue
             delay = self.lifecycle.schedule_restart(worker, how)
             self.observer.on_worker_restarted(worker.stage)
             lost = self.requeue(worker)
