@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from framewire.app.compose.frames import slot_layout
 from framewire.app.compose.model import model_version
 from framewire.config import Config
 from framewire.config.job import INFER, POSTPROCESS, PREPROCESS
@@ -21,6 +22,7 @@ from framewire.config.keys import suggest
 from framewire.engines.registry import preflight
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.plan import ModelVersion, StageUpdate
+from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -35,12 +37,16 @@ SIZES = ((640, 480), (1280, 720), (1920, 1080), (3840, 2160))
 """Frame sizes whose slot layouts the old and the new model must agree on."""
 
 
-def model_update(config: Config, task: Task, body: Mapping[str, Any]) -> StageUpdate:
-    """The new model's stages, after every check the config's model passes at start. `task`: the
-    running job's. Raises ConfigError in one line naming `model.<key>`."""
-    from framewire.app.compose.frames import slot_layout
-    from framewire.app.compose.plan import check, stage_specs
-
+def model_update(
+    config: Config,
+    task: Task,
+    check: Callable[[Config], Task],
+    stage_specs: Callable[[Config], list[StageSpec]],
+    body: Mapping[str, Any],
+) -> StageUpdate:
+    """The new model's stages, after every check the config's model passes at start (`check`, the
+    plan's: the task, the model file, the labels tracking and cascades name). `task`: the running
+    job's; `stage_specs`: the plan's list of stages. Raises ConfigError in one line naming `model.<key>`."""
     new = _config(config, body)
     try:
         new_task = check(new)

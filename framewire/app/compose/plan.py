@@ -104,7 +104,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
         http=http_settings(config),
         make_source=functools.partial(make_source, config, task=task),
         model=ModelVersion(config.model.path, model_version(config)),
-        update_model=functools.partial(model_update, config, task),
+        update_model=functools.partial(model_update, config, task, check, stage_specs),
         worker_init=single_threaded_opencv,
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint)
