@@ -113,6 +113,9 @@ class Swaps:
         """The model the job runs now: the new one once it took over."""
         self.last: Swap | None = None
         self._count = 0
+        self._discarded: set[bytes] = set()
+        """The identities of failed swaps' new workers: a FATAL they sent before they were stopped
+        may still arrive, and must not end the job."""
 
     @property
     def busy(self) -> bool:
@@ -235,6 +238,7 @@ class Swaps:
             peer.finished = True
             peer.held = True
             self.roster.remove(peer)
+            self._discarded.add(peer.identity)
             if peer.process.is_alive():
                 peer.process.kill()
         for stage in swap.stages:
@@ -248,6 +252,9 @@ class Swaps:
     def on_fatal(self, peer: StageWorker, error: str) -> bool:
         """A worker could not start: True when it was one of a swap's new workers (the swap fails;
         the job goes on), False when the hub's usual rule applies (the job ends)."""
+        if peer.identity in self._discarded:  # its swap failed already (its sibling's FATAL came first)
+            peer.finished = True
+            return True
         swap = self.last
         if swap is None or not swap.under_way or peer not in swap.new_workers():
             return False

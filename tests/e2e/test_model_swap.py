@@ -42,37 +42,46 @@ def test_a_new_model_version_takes_over_a_paced_job_and_a_broken_one_leaves_the_
     settings = ["sources.0.realtime=true", "http.enabled=true", f"http.port={port}"]
     proc = start_cli(*face_job(tmp_path, clip, *(arg for s in settings for arg in ("--set", s))))
 
+    def ask(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """`call`, saying what the daemon said when it is gone."""
+        try:
+            return call(url + path, method, body)
+        except OSError:
+            if proc.poll() is None:
+                raise
+            raise AssertionError(proc.stderr.read() if proc.stderr else "the daemon exited") from None
+
     def frames() -> int:
-        status, body = call(url + "/sources")
+        status, body = ask("/sources")
         return int(body["sources"][0]["frames"]) if status == 200 and body["sources"] else 0
 
     def swap_state() -> dict[str, Any]:
-        return call(url + "/model")[1]["swap"]
+        return ask("/model")[1]["swap"]
 
     try:
         wait_until(lambda: get(url + "/readyz")[0] == 200, proc, timeout=120)
         wait_until(lambda: frames() > 10, proc)  # the old version has made some
-        status, old = call(url + "/model")
+        status, old = ask("/model")
         assert status == 200 and old["swap"] is None and old["version"].startswith("face_detection_yunet_2023mar.onnx@")
 
-        status, body = call(url + "/model", "POST", {"path": str(cut), "version": "cut"})
+        status, body = ask("/model", "POST", {"path": str(cut), "version": "cut"})
         assert status == 400 and body["error"].startswith(f"model.path: model file '{cut}' is not a valid ONNX model")
         refused = {"error": "model.pth: unknown key (did you mean path?)"}
-        assert call(url + "/model", "POST", {"pth": str(new)}) == (400, refused)
+        assert ask("/model", "POST", {"pth": str(new)}) == (400, refused)
 
-        assert call(url + "/model", "POST", {"path": str(unloadable), "version": "unloadable"})[0] == 202
+        assert ask("/model", "POST", {"path": str(unloadable), "version": "unloadable"})[0] == 202
         wait_until(lambda: swap_state()["state"] == "failed", proc)
         failed = swap_state()
-        assert "ONNX Runtime could not load it" in failed["error"] and call(url + "/model")[1]["version"] == old["version"]
+        assert "ONNX Runtime could not load it" in failed["error"] and ask("/model")[1]["version"] == old["version"]
 
-        status, body = call(url + "/model", "POST", {"path": str(new), "version": "v2"})
+        status, body = ask("/model", "POST", {"path": str(new), "version": "v2"})
         assert status == 202 and body["swap"]["state"] in ("starting", "taking_over")
         wait_until(lambda: swap_state()["state"] in ("retiring", "done"), proc)
-        assert call(url + "/model")[1]["version"] == "v2"
+        assert ask("/model")[1]["version"] == "v2"
         at_swap = frames()
         wait_until(lambda: frames() > at_swap + 10, proc)  # the new version has made some
         wait_until(lambda: swap_state()["state"] == "done", proc)  # the old workers are gone
-        assert call(url + "/drain", "POST")[0] == 202
+        assert ask("/drain", "POST")[0] == 202
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

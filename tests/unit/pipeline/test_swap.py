@@ -225,6 +225,17 @@ def test_a_new_worker_that_cannot_start_fails_the_swap_and_the_old_ones_go_on() 
     assert not job.swaps.on_fatal(old[0], "x")  # an old worker's FATAL is the hub's usual business
 
 
+def test_a_late_fatal_of_a_failed_swaps_worker_does_not_end_the_job() -> None:
+    job = Job()
+    job.swaps.begin(job.update(), now=job.now)
+    first, second = job.new_workers()
+    assert job.swaps.on_fatal(first, "cannot load")
+    assert job.swaps.on_fatal(second, "cannot load")  # sent before it was stopped: not the hub's rule
+    job.swaps.begin(job.update(), now=job.now)  # and the next swap does not take it for its own
+    assert job.swaps.on_fatal(second, "cannot load") and job.swaps.last.phase == STARTING
+    assert job.swaps.last.error is None
+
+
 def test_a_new_worker_that_dies_or_never_says_ready_fails_the_swap() -> None:
     job = Job()
     job.swaps.begin(job.update(), now=job.now)
