@@ -159,6 +159,26 @@ class FrameHook(Protocol):
 
 
 @dataclass(frozen=True)
+class ModelVersion:
+    """The model a job's stages run, as an operator names it: its file and the label its records carry."""
+
+    path: str
+    version: str
+    """The label each frame's record names (`model` in its JSON): `model.version`, else the file's
+    name and the start of its SHA-256."""
+
+
+@dataclass(frozen=True)
+class StageUpdate:
+    """New specs for some of the job's stages, built by the layer that knows models (a model's new
+    version): the hub starts their workers beside the old ones, and they take over (pipeline.hub.swap)."""
+
+    model: ModelVersion
+    stages: tuple[StageSpec, ...]
+    """The new specs, by the names the job's stages already have, in frame order."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
 
@@ -194,6 +214,11 @@ class Plan:
     """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
     frame_hook: FrameHook | None = None
     """Told of each finished frame (`tracing:`); None: nothing is done per frame for it."""
+    model: ModelVersion | None = None
+    """The model the job starts with (`GET /model`); None: the job names none."""
+    update_model: Callable[[Mapping[str, Any]], StageUpdate] | None = None
+    """Builds the stages that hold the model from a request's body (`POST /model`: `path`, `version`),
+    checked as the config's model is (raises ConfigError naming the key); None: this job cannot."""
 
     def __post_init__(self) -> None:
         stagespec.check_specs(self.stages)

@@ -77,6 +77,35 @@ class Accepted(_Answer):
     """`{"drain": true}` or `{"stop": true}`: the daemon stops reading and exits."""
 
 
+class ModelSwap(BaseModel):
+    """The last model swap (pipeline.hub.swap)."""
+
+    version: str = Field(description="The label of the model it brings.")
+    path: str = Field(description="Its file.")
+    state: str = Field(description="starting, taking_over, retiring, done or failed.")
+    error: str | None = Field(description="Why it failed, in one line: the old model goes on.")
+    took_s: float | None = Field(description="Seconds from the request to the new workers taking over.")
+
+
+class ModelState(BaseModel):
+    """The model the job runs and its last swap."""
+
+    version: str | None = Field(description="The label its records name (`model` in each record).")
+    path: str | None = Field(description="Its file.")
+    swap: ModelSwap | None = Field(description="The last swap asked for; null: none.")
+
+
+class NewModel(BaseModel):
+    """POST /model's body: a new version of the running model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="The new ONNX file (relative: to the daemon's working folder).")
+    version: str | None = Field(
+        None, min_length=1, description="The label its records carry; left out: file name@SHA-256 prefix."
+    )
+
+
 class Event(_Answer):
     """An event of the history (media.history), as the outputs announced it."""
 
@@ -195,6 +224,18 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
         "remove_source", "Stop reading a source; an ended one: forget it.",
         {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
          "404": _json("Error", "No such source."), **_ERRORS}, _param("source_id"))},
+    "/model": {
+        "get": _op("get_model", "The model in use and the last swap.",
+                   {"200": _json("ModelState", "The model."), **_ERRORS}),
+        "post": {**_op("swap_model", "A new version of the model: its workers start beside the old "
+                       "ones and take over; no frame is lost or reordered.", {
+            "202": _json("ModelState", "Checked; its workers start (GET /model follows the swap)."),
+            "400": _json("Error", "Not JSON, or a model the config would refuse (the key named)."),
+            "409": _json("Error", "A swap is under way, or the daemon is stopping."),
+            "501": _json("Error", "This job cannot change its model."),
+            **_ERRORS}), "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"$ref": REF.format(model="NewModel")}}}}},
+    },
     "/drain": {"post": _op("drain", "Stop reading every source, finish what is in flight, exit.",
                            {"202": _json("Accepted", "Draining."), **_ERRORS})},
     "/stop": {"post": _op("stop", "Stop now (frames in flight are not finished).",
@@ -251,7 +292,8 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         schemas[model.__name__] = schema
         if {"$ref": REF.format(model=model.__name__)} not in kinds:
             kinds.append({"$ref": REF.format(model=model.__name__)})
-    for model in (Error, SourceState, SourceList, Removing, Probe, Accepted, EventPage, ClipPage):
+    answers = (Error, SourceState, SourceList, Removing, Probe, Accepted, EventPage, ClipPage)
+    for model in (*answers, ModelState, NewModel):
         schema = model.model_json_schema(ref_template=REF)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema

@@ -24,6 +24,14 @@ class ModelConfig(BaseModel):
         "export (its metadata), or one [B, 4+C, N] output, N the grid cells of the input at strides "
         "8/16/32 (YOLOv8, YOLO11): detection. Any other model needs it.",
     )
+    version: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The label every frame's record names as the model that made it (`model` in the "
+        "JSON record). Left out: the file's name and the first 12 hex digits of its SHA-256, "
+        "`face_detection_yunet_2023mar.onnx@8f2383e4dd3c`. `POST /model` swaps in a new version "
+        "while the job runs (guides/models.md).",
+    )
 
     @property
     def params(self) -> dict[str, Any]:

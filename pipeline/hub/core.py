@@ -33,6 +33,7 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker
 from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.hub.swap import Swaps
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -84,10 +85,11 @@ class Hub:
         )
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
         decodes = next((s for s in plan.middle if s.decodes_sources), None)
-        self.live = LiveLayout(decodes, self.roster) if decodes is not None else None
-        """The live layout's share-out of the live sources (stages.layout: live); None: each its decode worker."""
+        self.live = LiveLayout(decodes, self.roster) if decodes is not None else None  # stages.layout: live
         self.inputs = Inputs(plan, self.router, self.lifecycle, self.live)
         self.events = Events(observer, self.roster, plan, self.known_sources)
+        self.swaps = Swaps(plan, self.lifecycle, self.roster, self.router)
+        """New versions of stages while the job runs (a model's: pipeline.hub.swap)."""
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self._next_tick = 0.0
@@ -134,6 +136,7 @@ class Hub:
             self.observer.on_worker_stalled(peer.stage)
         self._check_workers()
         self.lifecycle.restart_due(now)
+        self.swaps.step(now)
         self.inputs.retire_finished(self.report, self._drop_pool)
         pids = {w.spec.title.removeprefix("framewire: "): w.process.pid for w in self.lifecycle.processes.values()}
         self.observer.on_tick(self.router, self.roster, self.inputs, pids)
@@ -192,6 +195,8 @@ class Hub:
             self.on_result(peer, ResultHeader.read(header), header, tensors)
         elif kind == msg.FAILED:
             self.on_failed(peer, FrameKey.of(header), str(header.get("error", "unknown error")))
+        elif kind == msg.FATAL and self.swaps.on_fatal(peer, str(header.get("error", "unknown error"))):
+            pass  # a swap's new worker could not start: the swap failed, the old workers go on
         elif kind == msg.FATAL:
             peer.finished = True
             raise JobFailed(str(header.get("error", f"{peer.spec.title} failed")), int(header.get("exit", 1)))
@@ -303,10 +308,6 @@ class Hub:
         """An output's announcement: logged, counted, and passed to every output (hub.events)."""
         self.events.on_event(peer.stage, event)
 
-    def requeue(self, peer: StageWorker) -> list[FrameKey]:
-        """The frames a dead worker held go to the next worker of its stage."""
-        return self.router.requeue(peer.stage, peer)
-
     def _frame_done(self, key: FrameKey, state: FrameState) -> None:
         """Every output wrote the frame: count it, and its slot goes back to its source."""
         record = self.inputs.sources[key.source]
@@ -384,9 +385,12 @@ class Hub:
             how = worker.stalled or exit_text(worker.process.exitcode)
             if self.live is not None and worker.stage == self.live.stage:
                 self.live.lose(worker.index, self.inputs.sources, self.router, self._running)
+            if self.swaps.on_death(worker, how):  # a swap's worker: nothing restarts it
+                self.router.requeue(worker.stage, worker)
+                continue
             delay = self.lifecycle.schedule_restart(worker, how)
             self.observer.on_worker_restarted(worker.stage)
-            lost = self.requeue(worker)
+            lost = self.router.requeue(worker.stage, worker)  # its frames go to the next worker
             log.warning(
                 "%s died (%s); restarting it in %.1f s, %d frame(s) it held go to the next worker",
                 worker.spec.title, how, delay, len(lost),

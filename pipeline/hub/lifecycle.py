@@ -56,11 +56,13 @@ class Lifecycle:
         return self.processes.get(identity)
 
     def start_stage(self, stage: str, index: int, factory: Callable[[], Any], *, generation: int = 0,
-                    label: str | None = None) -> StageWorker:
+                    label: str | None = None, beside: bool = False) -> StageWorker:
+        """Start a worker of `stage`; `beside`: next to the worker of that index, not replacing it
+        in the roster (a new generation: pipeline.hub.swap)."""
         spec = self._spec(stage, index, generation, factory, label=label)
         peer = StageWorker(spec, self._start(worker_main, spec), self.send)
         self.processes[spec.identity] = peer
-        self.roster.add(peer)
+        self.roster.add(peer, beside=beside)
         log.debug("started %s (pid %s)", spec.title, peer.process.pid)
         return peer
 
@@ -158,6 +160,14 @@ class Lifecycle:
         for peer in due:
             spec = peer.spec
             self.start_stage(spec.stage, spec.index, spec.factory, generation=spec.generation + 1, label=spec.label)
+
+    def cancel_restarts(self, stage: str) -> int:
+        """Forget the restarts still due for `stage`'s workers (a new generation took the stage
+        over: pipeline.hub.swap); returns how many."""
+        kept = [(at, peer) for at, peer in self._pending if peer.stage != stage]
+        cancelled = len(self._pending) - len(kept)
+        self._pending = kept
+        return cancelled
 
     def stop_all(self, timeout_s: float = 5.0) -> None:
         """STOP to every live worker, wait for them (bounded), kill what is left."""

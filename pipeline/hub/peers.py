@@ -44,11 +44,14 @@ class StageWorker:
         """Why its backend does not answer (its STATUS), while it waits for it; None: it answers."""
         self.heard = 0.0
         """When it last sent anything (monotonic): a live-layout worker says something every second."""
+        self.held = False
+        """Given no new work, though up: a worker of a new generation not yet taking over, or an old
+        one retiring (pipeline.hub.swap)."""
 
     @property
     def available(self) -> bool:
         """It may be given work."""
-        return self.ready and not self.finished
+        return self.ready and not self.finished and not self.held
 
     @property
     def starting(self) -> bool:
@@ -102,10 +105,12 @@ class Roster:
     def of(self, stage: str) -> list[StageWorker]:
         return self.by_stage.get(stage, [])
 
-    def add(self, peer: StageWorker) -> None:
-        """Add `peer`; it replaces the dead worker of the same index it restarts."""
+    def add(self, peer: StageWorker, *, beside: bool = False) -> None:
+        """Add `peer`; it replaces the dead worker of the same index it restarts, unless `beside`
+        (a new generation starting next to the one it replaces: pipeline.hub.swap)."""
         peers = self.by_stage.setdefault(peer.stage, [])
-        peers[:] = [p for p in peers if p.index != peer.index]
+        if not beside:
+            peers[:] = [p for p in peers if p.index != peer.index]
         peers.append(peer)
 
     def remove(self, peer: StageWorker) -> None:

@@ -2,7 +2,8 @@
 
 The HTTP threads (pipeline.control) queue a `Command`; the hub loop takes the queue between two
 messages, runs each command here and hands its answer back: list, add or remove a source, drain
-(stop reading, finish what is in flight) or stop now. An ended or failed source stays listed, with
+(stop reading, finish what is in flight) or stop now, show the model or start a new version of it
+(pipeline.hub.swap). An ended or failed source stays listed, with
 its counts and last error, until a DELETE removes it for good (its metric series go with it).
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from framewire.pipeline.ops.control import Command, ControlServer
 from framewire.pipeline.errors import ConfigError, FramewireError
 from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.hub.swap import SwapRefused, Swaps
 from framewire.pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ class Commands:
         request_stop: Callable[[], None],
         stopping: Callable[[], bool],
         forget: Callable[[str], None] = lambda source_id: None,
+        swaps: Swaps | None = None,
     ) -> None:
         self.plan = plan
         self.inputs = inputs
@@ -37,6 +40,8 @@ class Commands:
         self.stopping = stopping
         self.forget = forget
         """Drops a removed source's metric series."""
+        self.swaps = swaps
+        """The hub's model swaps; None: this server cannot change the model."""
 
     def run_queued(self, server: ControlServer) -> None:
         while True:
@@ -59,6 +64,10 @@ class Commands:
             self._add(command)
         elif command.action == "remove":
             self._remove(command, str(command.body))
+        elif command.action == "model":
+            self._model(command)
+        elif command.action == "swap_model":
+            self._swap_model(command)
         elif command.action in ("drain", "stop"):
             self.request_stop()
             if command.action == "stop":
@@ -100,3 +109,34 @@ class Commands:
         record = self.inputs.add(source)
         log.info("source %s added", source.source_id)
         command.answer(201, self.inputs.describe(record))
+
+    def _model(self, command: Command) -> None:
+        if self.swaps is None:
+            command.answer(501, {"error": "this job cannot change its model"})
+            return
+        command.answer(200, self.swaps.describe())
+
+    def _swap_model(self, command: Command) -> None:
+        """Check the new model as the config's is (400 naming the key, logged in one line), then
+        start its workers beside the old ones (202; GET /model follows the swap)."""
+        if self.swaps is None or self.plan.update_model is None:
+            command.answer(501, {"error": "this job cannot change its model"})
+            return
+        if self.stopping():
+            command.answer(409, {"error": "the daemon is stopping"})
+            return
+        if self.swaps.busy:
+            command.answer(409, {"error": f"a model swap is under way: {self.swaps.describe()['swap']['version']}"})
+            return
+        if not isinstance(command.body, dict):
+            raise ConfigError("model: the body must be a JSON object with a path (and a version)")
+        try:
+            update = self.plan.update_model(command.body)
+            self.swaps.begin(update)
+        except ConfigError as exc:
+            log.error("model not changed, the job goes on with %s: %s", self.swaps.describe()["version"], exc)
+            raise
+        except SwapRefused as exc:
+            command.answer(409, {"error": str(exc)})
+            return
+        command.answer(202, self.swaps.describe())

@@ -85,6 +85,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/healthz": ("GET", "HEAD"),
     "/sources": ("GET", "HEAD", "POST"),
     "/sources/{source_id}": ("DELETE",),
+    "/model": ("GET", "HEAD", "POST"),
     "/drain": ("POST",),
     "/stop": ("POST",),
     "/openapi.json": ("GET", "HEAD"),
@@ -177,6 +178,7 @@ class _Handlers:
         return {
             "/metrics": self.metrics, "/openapi.json": self.openapi, "/hls/{source_id}/{name}": self.hls_file,
             "/sources": self.sources, "/sources/{source_id}": self.remove, EVENTS: self.events,
+            "/model": self.model,
             PREVIEW + "{source_id}": self.preview,
             recordings.EVENTS: self.history("events"), recordings.CLIPS: self.history("clips"),
             recordings.CLIP: self.history_file("clip", "clip_id"),
@@ -218,6 +220,13 @@ class _Handlers:
     async def remove(self, request: Request) -> Response:
         self.authorise(request)
         return await self.submit("remove", request.path_params["source_id"])
+
+    async def model(self, request: Request) -> Response:
+        """The model in use and the last swap; POST: a new version of it (pipeline.hub.swap)."""
+        self.authorise(request)
+        if request.method == "POST":
+            return await self.submit("swap_model", await _json_body(request))
+        return await self.submit("model")
 
     def command(self, action: str) -> Handler:
         async def handle(request: Request) -> Response:

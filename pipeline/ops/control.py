@@ -8,6 +8,9 @@
     GET    /sources            the sources (ended and failed ones too, until removed) and their state
     POST   /sources            add a source: a JSON object with the keys of a `sources:` item
     DELETE /sources/<id>       stop reading a source (its outputs flush and close); an ended one: forget it
+    GET    /model              the model in use ({"version", "path"}) and the last swap's state
+    POST   /model              a new version of the model: {"path", "version"}; its workers start beside
+                               the old ones and take over (202), or 400 naming the key (pipeline.hub.swap)
     GET    /hls/<id>/<file>    an hls output's playlist (index.m3u8) and segments (pipeline.ops.hls)
     GET    /events, /clips     the recording outputs' event history, in pages (pipeline.ops.recordings)
     GET    /clips/<id>         a clip (Range requests answered), /snapshots/<event id> a snapshot

@@ -20,6 +20,7 @@ from framewire.pipeline.ops.live import LiveStats
 from framewire.pipeline.ops.preview import Previews
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.hub.swap import Swaps
 from framewire.pipeline.plan import HttpSettings, Plan
 from framewire.pipeline.ops.metrics import Metrics
 from framewire.pipeline.hub.peers import Roster
@@ -82,6 +83,7 @@ class Operations:
         forget: Callable[[str], None],
         live: LiveStats | None = None,
         fleet: Fleet | None = None,
+        swaps: Swaps | None = None,
     ) -> None:
         self.previews: Previews | None = None
         """The console's preview frames (the hub's frame tap); None when the console or previews are off."""
@@ -97,8 +99,8 @@ class Operations:
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         forgetting = self._forgetting(forget)
-        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forgetting) if fleet is None
-                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forgetting))
+        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forgetting, swaps) if fleet is None
+                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forgetting, swaps))
         self.server.start()
 
     @property

@@ -88,6 +88,7 @@ class Supervisor:
                     self.telemetry.forget,
                     self.telemetry.live,
                     self._fleet,
+                    self._hub.swaps,
                 )
                 self._hub.tap = self._ops.previews
             except BaseException:

@@ -18,13 +18,15 @@ from framewire.config.job import MODEL_STAGES
 from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.stagespec import DECODE
 from framewire.stages.detections import EMBEDDINGS
+from framewire.stages.postprocess import MODEL
 
 RECORD_VERSION = 2
 STAGE_ORDER = (DECODE, *MODEL_STAGES)
 
 
 def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
-    """Version, source, seq, pts, time, frame size, the task's results and per-stage latencies."""
+    """Version, source, seq, pts, time, frame size, the task's results, per-stage latencies, and the
+    model version that made the results."""
     now = time.time() if now is None else now
     latency: dict[str, float] = {}
     # The fixed stages in frame order, then any others (steps) as they came.
@@ -46,6 +48,8 @@ def frame_record(frame: Frame, now: float | None = None) -> dict[str, Any]:
         "results": frame.result or {},
         "latency_ms": latency,
     }
+    if frame.meta.get(MODEL):  # the model version that made the results (model.version)
+        record["model"] = frame.meta[MODEL]
     if frame.error:
         record["error"] = frame.error
     return record

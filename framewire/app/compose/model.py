@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 from pathlib import Path
 
@@ -68,6 +69,29 @@ def _model_info(path: str, mtime_ns: int, size: int) -> ModelInfo:
     return ModelInfo(path, inputs, outputs, metadata)
 
 
+def model_version(config: Config) -> str:
+    """The label the records name the model by: `model.version`, else the file's name and the first
+    12 hex digits of its SHA-256 (read once per file version; the file's name alone if unreadable)."""
+    if config.model.version is not None:
+        return config.model.version
+    file = Path(config.model.path)
+    try:
+        stat = file.stat()
+        digest = _digest(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return file.name
+    return f"{file.name}@{digest[:12]}"
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(functools.partial(f.read, 1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
 def check_model(config: Config, task: Task) -> None:
     """The model file is there, and its inputs and outputs fit the task."""
     from framewire.engines.model_file import describe
@@ -118,7 +142,7 @@ def model_stages(config: Config) -> list[StageSpec]:
     stages = config.stages
     pre = functools.partial(_preprocess, config, own_input)
     infer = functools.partial(_infer, config)
-    post = functools.partial(_postprocess, config)
+    post = functools.partial(_postprocess, config, model_version(config))
     return [
         StageSpec.of(PREPROCESS, stages.preprocess.workers, pre, Preprocess.facts),
         StageSpec.of(INFER, infer_workers(config.engine), infer, Infer.facts, credits=credits),
@@ -156,5 +180,5 @@ def _infer(config: Config) -> Stage:
     return _scheduled(config, infer)
 
 
-def _postprocess(config: Config) -> Stage:
-    return _scheduled(config, Postprocess(build_task(config)), last=True)
+def _postprocess(config: Config, version: str | None = None) -> Stage:
+    return _scheduled(config, Postprocess(build_task(config), version), last=True)

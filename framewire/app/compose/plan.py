@@ -18,7 +18,8 @@ from framewire.app.compose.audio import build_steps, check_audio, step_stages
 from framewire.app.compose.cascade import cascade_stages, check_secondaries, needs_boxes
 from framewire.app.compose.frames import slot_layout
 from framewire.app.compose.http import http_settings
-from framewire.app.compose.model import build_task, check_model, model_stages
+from framewire.app.compose.model import build_task, check_model, model_stages, model_version
+from framewire.app.compose.model_swap import model_update
 from framewire.app.compose.outputs import build_composites, composite_stages, output_stages
 from framewire.app.compose.sources import make_source, source_plans
 from framewire.app.io_check import check_io
@@ -28,7 +29,7 @@ from framewire.app.tracing import frame_hook
 from framewire.config import Config, ZmqOutput
 from framewire.config.job import OUTPUTS
 from framewire.engines.registry import preflight
-from framewire.pipeline.plan import Plan
+from framewire.pipeline.plan import ModelVersion, Plan
 from framewire.pipeline.stagespec import StageSpec
 from framewire.stages.fused import Fused, fuse_middle, fuse_outputs
 from framewire.stages.live_layout import live_layout
@@ -108,6 +109,8 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
         preload=PRELOAD,
         http=http_settings(config),
         make_source=functools.partial(make_source, config, task=task),
+        model=ModelVersion(config.model.path, model_version(config)),
+        update_model=functools.partial(model_update, config, task, check, stage_specs),
         worker_init=single_threaded_opencv,
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint)
