@@ -141,6 +141,25 @@ class FleetSettings:
 
 
 @dataclass(frozen=True)
+class SettingsHooks:
+    """Sources' settings changed at run time (lines, zones, thresholds: pipeline.ops.settings): how
+    a change is checked, the settings a job starts with, and the file that keeps them."""
+
+    keys: frozenset[str]
+    """The keys of a change (also taken beside a `sources:` item by POST /sources)."""
+    check: Callable[[str, Any, Mapping[str, Any], tuple[int, int] | None], dict[str, Any]]
+    """(source id, the change as sent, its current settings, its frame size if known) -> its new
+    settings, whole; raises ConfigError naming the key at fault."""
+    initial: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each source's settings at start (read from `state_file`, checked): applied before any frame."""
+    state_file: str | None = None
+    """Where every change is kept (JSON, written whole and renamed in place); None: not kept."""
+    shown: Callable[[str, Mapping[str, Any]], dict[str, Any]] = lambda source_id, settings: dict(settings)
+    """(source id, its settings) -> what applies to it: the settings over the config's own lines and
+    zones (GET /sources/{id}, what the console edits)."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
 
@@ -174,6 +193,8 @@ class Plan:
     checks them before it starts any, so one in use fails at once, naming its key."""
     fleet: FleetSettings | None = None
     """A replica of a fleet: its sources come from the store (then `sources` is empty); None: alone."""
+    settings: SettingsHooks | None = None
+    """Sources' settings changed at run time (PATCH /sources/{id}); None: they cannot change."""
 
     def __post_init__(self) -> None:
         stagespec.check_specs(self.stages)

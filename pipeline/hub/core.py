@@ -32,6 +32,7 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
+from framewire.pipeline.hub.settings import SourceSettings
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -82,6 +83,8 @@ class Hub:
         self.lifecycle = Lifecycle(plan, endpoint, self._send, self.roster, start)
         self.inputs = Inputs(plan, self.router, self.lifecycle)
         self.events = Events(observer, self.roster, plan, self.known_sources)
+        self.settings = SourceSettings(self.roster, plan.stage_names, plan.settings.initial if plan.settings else {})
+        """Each source's settings changed at run time, sent to the workers (CONFIGURE)."""
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self._next_tick = 0.0
@@ -203,6 +206,7 @@ class Hub:
             for record in self.inputs.sources.values():
                 if record.info is not None:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
+        self.settings.to_worker(peer)  # before any frame: a restarted worker too
         self._grant_when_ready()
 
     def on_result(

@@ -20,6 +20,7 @@ from framewire.app.compose.frames import slot_layout
 from framewire.app.compose.http import http_settings
 from framewire.app.compose.model import build_task, check_model, model_stages
 from framewire.app.compose.outputs import build_composites, composite_stages, output_stages
+from framewire.app.compose.settings import settings_hooks
 from framewire.app.compose.sources import make_source, source_plans
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
@@ -102,6 +103,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
         preload=PRELOAD,
         http=http_settings(config),
         make_source=functools.partial(make_source, config, task=task),
+        settings=settings_hooks(config, task),
         worker_init=single_threaded_opencv,
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint)
