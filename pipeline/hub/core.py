@@ -32,7 +32,7 @@ from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster
 from framewire.pipeline.hub.routing import FrameState, Router
-from framewire.pipeline.hub.settings import SourceSettings
+from framewire.pipeline.hub.source_settings import SourceSettings
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 

@@ -3,7 +3,7 @@
 
 A change is checked as the config is (Plan.settings.check, made by the composition root, which knows
 the schema and the model), written to the state file (pipeline.ops.state_file) before it applies, sent
-to the workers (pipeline.hub.settings: from each worker's next frame of the source), and announced to
+to the workers (pipeline.hub.source_settings: from each worker's next frame of the source), and announced to
 every output as a `configured` event (pipeline.hub.events). Nothing here knows a key of the settings.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from framewire.pipeline.errors import ConfigError
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.inputs import Inputs
-from framewire.pipeline.hub.settings import SourceSettings
+from framewire.pipeline.hub.source_settings import SourceSettings
 from framewire.pipeline.ops import state_file
 from framewire.pipeline.plan import SettingsHooks
 
