@@ -42,7 +42,7 @@ class Settings:
         if not isinstance(change, dict):
             keys = ", ".join(sorted(self.hooks.keys))
             raise ConfigError(f"the body must be a JSON object of the settings to change ({keys})")
-        return self.hooks.check(source_id, change, self.current.of(source_id), self._size(source_id))
+        return self.hooks.check(source_id, change, self.current.of(source_id), self.size(source_id))
 
     def change(self, source_id: str, change: Any) -> dict[str, Any]:
         """Check `change` and apply it; the source's new settings."""
@@ -69,7 +69,7 @@ class Settings:
         settings = self.current.of(source_id)
         return {"id": source_id, "settings": settings, "applied": self.hooks.shown(source_id, settings)}
 
-    def _size(self, source_id: str) -> tuple[int, int] | None:
+    def size(self, source_id: str) -> tuple[int, int] | None:
         """The source's frame size, once it has opened: points are checked against it."""
         record = self.inputs.sources.get(source_id)
         info = record.info if record is not None else None
