@@ -11,6 +11,7 @@ GET /sources/{id} answers from the store, wherever the source runs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from framewire.pipeline.errors import FramewireError
@@ -30,10 +31,10 @@ class FleetSourceSettings:
         self.seen: dict[str, dict[str, Any]] = {}
         """Each source's settings as this replica last applied or wrote them (by source id)."""
 
-    def split(self, item: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        return self.settings.split(item) if self.settings is not None else (item, {})
+    def split(self, item: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self.settings.split(item) if self.settings is not None else (dict(item), {})
 
-    def changed(self, source_id: str, item: dict[str, Any]) -> dict[str, Any] | None:
+    def changed(self, source_id: str, item: Mapping[str, Any]) -> dict[str, Any] | None:
         """The agent's look at a held source's item: its settings when they differ from those applied."""
         settings = self.split(item)[1]
         if settings == self.seen.get(source_id, {}):
