@@ -235,7 +235,8 @@ class Fleet:
             return self.interval
         scan = self.store.scan()
         for source_id in sorted(self.held):
-            changed = self.source_settings.changed(source_id, scan.wanted[source_id]) if source_id in scan.wanted else None
+            item = scan.wanted.get(source_id)
+            changed = self.source_settings.changed(source_id, item) if item is not None else None
             if changed is not None:
                 self._actions.put(("configure", source_id, changed))
             if source_id in scan.stopping:

@@ -136,9 +136,10 @@ def _in_zone(record: dict[str, Any]) -> int:
     return count
 
 
-def _switch(lines: list[dict[str, Any]], new: Callable[[dict[str, Any]], bool]) -> tuple[int, int]:
-    """(index of the `configured` event line, seq of the first record with the new settings); every
-    record before that seq has the old ones, every record from it the new."""
+def _switch(lines: list[dict[str, Any]], new: Callable[[dict[str, Any]], bool]) -> tuple[int, int, int]:
+    """(index of the `configured` event line, seq of the first record with the new settings, records
+    after the event line that still had the old ones); every record before that seq has the old
+    ones, every record from it the new."""
     event = next(i for i, line in enumerate(lines) if line.get("event") == "configured")
     records = [line for line in lines if "seq" in line]
     first = next(r["seq"] for r in records if new(r))
@@ -146,7 +147,7 @@ def _switch(lines: list[dict[str, Any]], new: Callable[[dict[str, Any]], bool]) 
     assert all(not new(line) for line in lines[:event] if "seq" in line)  # none before the event
     seq_after_event = next(line["seq"] for line in lines[event:] if "seq" in line)
     assert first - seq_after_event <= IN_FLIGHT  # the next frames the tracking stage saw
-    return event, first
+    return event, first, first - seq_after_event
 
 
 def _draw_line(page: Any, card: Any, points: list[list[float]]) -> None:
@@ -221,18 +222,19 @@ def test_a_zone_added_and_a_line_drawn_count_from_the_next_frame_and_stay(tmp_pa
         seqs = [r["seq"] for r in got if "seq" in r]
         assert seqs == list(range(len(seqs))), source
         assert f"{source}: {len(seqs)} frames" in err, err
-    event, first = _switch(lines["a"], _has_zone)
+    event, first, lag_a = _switch(lines["a"], _has_zone)
     records_a = [r for r in lines["a"] if "seq" in r]
     assert all(_analytics(r) is None for r in records_a[:first])  # it had no lines or zones before
     occupancy = [sum(_analytics(r)["zones"]["left"]["occupancy"].values()) for r in records_a[first:]]
     assert occupancy == [_in_zone(r) for r in records_a[first:]] and 0 in occupancy and 1 in occupancy
-    event, moved = _switch(lines["b"], lambda r: _door(r) != OLD_LINE)
+    event, moved, lag_b = _switch(lines["b"], lambda r: _door(r) != OLD_LINE)
     records_b = [r for r in lines["b"] if "seq" in r]
     totals = [sum(sum(_analytics(r)["lines"]["door"][d].values()) for d in ("in", "out")) for r in records_b]
     assert totals == sorted(totals) and totals[-1] > 0  # carried over the move, never reset
     assert lines["b"][event]["settings"]["lines"][0]["name"] == "door"
     assert all(_analytics(r) is None for r in lines["c"]) and not any("event" in r for r in lines["c"])
-    print(f"a: zone from seq {first}; b: line moved from seq {moved}; crossings {totals[moved - 1]} -> {totals[-1]}")
+    print(f"a: zone from seq {first} ({lag_a} records after the event still old); b: line moved from seq "
+          f"{moved} ({lag_b} after the event); crossings {totals[moved - 1]} -> {totals[-1]}")
 
     # Restarted: the state file's changes apply before the first frame.
     out.rename(tmp_path / "first-run")
