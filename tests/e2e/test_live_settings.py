@@ -246,3 +246,14 @@ def test_a_zone_added_and_a_line_drawn_count_from_the_next_frame_and_stay(tmp_pa
     assert all(_has_zone(r) for r in restarted["a"])
     assert all(_door(r) == _door(records_b[-1]) for r in restarted["b"])
     assert all(_analytics(r) is None for r in restarted["c"])
+
+
+def test_a_corrupt_state_file_stops_the_start_in_one_line_naming_it(tmp_path: Path) -> None:
+    state = tmp_path / "sources.json"
+    state.write_text('{"version": 1, "sources": {')
+    done = run_cli("run", "--no-progress", "--set", "http.enabled=true", "--set", "http.port=0",
+                   "--set", f"http.state_file={state}", "--set", f"outputs=[{{kind: jsonl, path: '{tmp_path}/x.jsonl'}}]")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("framewire: error:")]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"framewire: error: http.state_file: {state} is not JSON (") and "Traceback" not in done.stderr
+    assert not (tmp_path / "x.jsonl").exists() and state.read_text() == '{"version": 1, "sources": {'  # left as it was
