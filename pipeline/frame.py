@@ -226,6 +226,12 @@ class Stage(Protocol):
         """What this worker runs on, for READY and the metrics (e.g. the execution provider)."""
         return {}
 
+    def configure(self, source_id: str, settings: dict[str, Any]) -> None:
+        """That source's settings changed while the job runs (its lines, zones, score threshold...):
+        the whole of them, as JSON, validated; they apply from its next frame here. Most stages
+        ignore them."""
+        return None
+
     def counters(self) -> dict[str, dict[str, int]]:
         """An output's running totals by output name (a sink's sent, dropped, reconnects...): the
         worker sends them to the hub as they change and before each CLOSED; the job's report and

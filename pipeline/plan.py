@@ -179,6 +179,25 @@ class StageUpdate:
 
 
 @dataclass(frozen=True)
+class SettingsHooks:
+    """Sources' settings changed at run time (lines, zones, thresholds: pipeline.ops.settings): how
+    a change is checked, the settings a job starts with, and the file that keeps them."""
+
+    keys: frozenset[str]
+    """The keys of a change (also taken beside a `sources:` item by POST /sources)."""
+    check: Callable[[str, Any, Mapping[str, Any], tuple[int, int] | None], dict[str, Any]]
+    """(source id, the change as sent, its current settings, its frame size if known) -> its new
+    settings, whole; raises ConfigError naming the key at fault."""
+    initial: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each source's settings at start (read from `state_file`, checked): applied before any frame."""
+    state_file: str | None = None
+    """Where every change is kept (JSON, written whole and renamed in place); None: not kept."""
+    shown: Callable[[str, Mapping[str, Any]], dict[str, Any]] = lambda source_id, settings: dict(settings)
+    """(source id, its settings) -> what applies to it: the settings over the config's own lines and
+    zones (GET /sources/{id}, what the console edits)."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The job, as processes: built by the layer that knows models (framewire.app.compose), run here."""
 
@@ -219,6 +238,8 @@ class Plan:
     update_model: Callable[[Mapping[str, Any]], StageUpdate] | None = None
     """Builds the stages that hold the model from a request's body (`POST /model`: `path`, `version`),
     checked as the config's model is (raises ConfigError naming the key); None: this job cannot."""
+    settings: SettingsHooks | None = None
+    """Sources' settings changed at run time (PATCH /sources/{id}); None: they cannot change."""
 
     def __post_init__(self) -> None:
         stagespec.check_specs(self.stages)

@@ -37,6 +37,7 @@ import cv2
 import numpy as np
 
 from framewire.config.analytics import SourceAnalyticsConfig
+from framewire.config.source_settings import analytics_of
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,28 @@ class SourceAnalytics:
             "events": events,
         }
 
+    def carry(self, old: SourceAnalytics) -> None:
+        """Lines and zones changed while the source runs: one that keeps its name keeps its counts,
+        and, where its points did not change either, what it knows of each track (its side, who is
+        in it); a line moved starts its tracks' sides again, so a track is not counted as crossing
+        because the line jumped past it."""
+        lines, zones = {x.name: x for x in old.lines}, {x.name: x for x in old.zones}
+        for line in self.lines:
+            before = lines.get(line.name)
+            if before is None:
+                continue
+            line.counts = before.counts
+            if (before.start, before.end) == (line.start, line.end):
+                line.sides, line.counted = before.sides, before.counted
+        for zone in self.zones:
+            was = zones.get(zone.name)
+            if was is None:
+                continue
+            zone.entries, zone.exits = was.entries, was.exits
+            if np.array_equal(was.polygon, zone.polygon):
+                zone.inside, zone.occupancy = was.inside, was.occupancy
+        self.votes = old.votes
+
     def _classed(self, tracked: list[Mapping[str, Any]], alive: Collection[int]) -> list[Mapping[str, Any]]:
         """The tracked detections, each labelled with its track's class (`track_class`): as detected,
         or the label its track had most often so far (a predicted box, the tracker's guess, does not
@@ -298,8 +321,28 @@ class Analytics:
     """The analytics of every configured source, each started on the source's first frame."""
 
     def __init__(self, configs: Mapping[str, SourceAnalyticsConfig]) -> None:
+        self.job = dict(configs)
+        """The config's `analytics:` entries."""
         self.configs = dict(configs)
+        """Each source's lines and zones now: the config's, or as changed at run time (`configure`)."""
         self._sources: dict[str, SourceAnalytics] = {}
+
+    def configure(self, source_id: str, settings: Mapping[str, Any]) -> None:
+        """The source's settings changed at run time (validated by the hub): its lines and zones count
+        from its next frame, a line or zone that keeps its name with its counts (`carry`)."""
+        config = analytics_of(settings, self.job.get(source_id))
+        if config is None:
+            self.configs.pop(source_id, None)
+            self._sources.pop(source_id, None)
+            return
+        if config == self.configs.get(source_id):
+            return
+        old = self._sources.get(source_id)
+        if old is not None:  # a point outside the frame raises here, and the old ones stay
+            new = SourceAnalytics(config, old.width, old.height)
+            new.carry(old)
+            self._sources[source_id] = new
+        self.configs[source_id] = config
 
     def update(
         self, source_id: str, width: int, height: int, found: Sequence[Mapping[str, Any]],

@@ -84,6 +84,10 @@ class _Members(Stage):
             out.update(stage.describe())
         return out
 
+    def configure(self, source_id: str, settings: dict[str, Any]) -> None:
+        for _, stage in self.members:
+            stage.configure(source_id, settings)
+
     def pool_added(self, pool: FramePool) -> None:
         for _, stage in self.members:
             stage.pool_added(pool)

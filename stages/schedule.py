@@ -3,7 +3,9 @@
 Which frames run is decided by `seq` alone (seq % (interval + 1) == 0), so preprocess, infer and
 postprocess need no state and keep their parallel workers; the tracking stage, which sees every frame
 of a source in order, predicts the boxes of the frames they skipped. A skipped frame carries
-`meta["detector"] = False` and no model input, outputs or detections past these stages.
+`meta["detector"] = False` and no model input, outputs or detections past these stages. The first of
+them (preprocess) decides, and the others follow the frame's mark, so that an interval changed at
+run time for one source (`PATCH /sources/{id}`, `interval`) cannot reach a frame half way.
 """
 
 from __future__ import annotations
@@ -38,26 +40,46 @@ def skipped(frame: Frame) -> bool:
 class Scheduled(Stage):
     """A preprocess, infer or postprocess stage that passes the frames its schedule skips."""
 
-    def __init__(self, stage: Stage, schedule: Schedule, *, last: bool = False) -> None:
-        """`last`: the postprocess stage, which gives a skipped frame an empty list of detections."""
+    def __init__(self, stage: Stage, schedule: Schedule, *, last: bool = False, follow: bool = False) -> None:
+        """`follow`: a stage after the first (infer, postprocess), which follows the frame's mark;
+        `last`: the postprocess stage, which gives a skipped frame an empty list of detections."""
         self.stage = stage
         self.schedule = schedule
+        self.follow = follow
         self.last = last
         self.max_batch, self.max_delay_ms = stage.max_batch, stage.max_delay_ms
+        self.schedules: dict[str, Schedule] = {}
+        """Sources whose interval was changed at run time (`configure`)."""
 
     def start(self, ctx: StageContext) -> None:
         self.stage.start(ctx)
 
+    def runs(self, frame: Frame) -> bool:
+        """Whether the model runs on the frame: the first stage asks the source's schedule, the others
+        follow its decision."""
+        if self.follow:
+            return not skipped(frame)
+        return self.schedules.get(frame.source_id, self.schedule).runs(frame.seq)
+
+    def configure(self, source_id: str, settings: dict[str, Any]) -> None:
+        interval = settings.get("interval")
+        if interval is None:
+            self.schedules.pop(source_id, None)
+        else:
+            self.schedules[source_id] = Schedule(int(interval))
+        self.stage.configure(source_id, settings)
+
     def process(self, frame: Frame) -> Iterable[Frame]:
-        if self.schedule.runs(frame.seq):
+        if self.runs(frame):
             return self.stage.process(frame)
         self._skip(frame)
         return (frame,)
 
     def process_batch(self, frames: Sequence[Frame]) -> list[Frame]:
-        running = [f for f in frames if self.schedule.runs(f.seq)]
-        for frame in frames:
-            if not self.schedule.runs(frame.seq):
+        runs = [self.runs(f) for f in frames]
+        running = [f for f, run in zip(frames, runs, strict=True) if run]
+        for frame, run in zip(frames, runs, strict=True):
+            if not run:
                 self._skip(frame)
         if running:
             self.stage.process_batch(running)

@@ -86,6 +86,18 @@ class TrackStage(Stage):
         self._trackers: dict[str, ByteTracker] = {}
         self._last: dict[str, dict[int, dict[str, Any]]] = {}
         """Per source, the last detection record of each track (what a predicted box is labelled)."""
+        self._classes: dict[str, tuple[str | int, ...]] = {}
+        """Sources whose `classes` were changed at run time (`configure`)."""
+
+    def configure(self, source_id: str, settings: dict[str, Any]) -> None:
+        """The source's classes, lines and zones changed (PATCH /sources/{id}): from its next frame."""
+        classes = settings.get("classes")
+        if classes is None:
+            self._classes.pop(source_id, None)
+        else:
+            self._classes[source_id] = tuple(classes)
+        if self.analytics is not None:
+            self.analytics.configure(source_id, settings)
 
     def process(self, frame: Frame) -> Iterable[Frame]:
         tracker = self._trackers.get(frame.source_id)
@@ -102,7 +114,7 @@ class TrackStage(Stage):
             ]
         else:
             found = [dict(d) for d in detections.of(result)]
-            chosen = [i for i, d in enumerate(found) if self._wanted(d)]
+            chosen = [i for i, d in enumerate(found) if self._wanted(frame.source_id, d)]
             boxes = detections.boxes([found[i] for i in chosen])
             scores = np.array([float(found[i].get("score", 1.0)) for i in chosen], dtype=np.float64)
             for index, track_id in tracker.update(frame.seq, boxes, scores).items():
@@ -134,8 +146,8 @@ class TrackStage(Stage):
             predicted=True,
         )
 
-    def _wanted(self, detection: Mapping[str, Any]) -> bool:
-        classes = self.params.classes
+    def _wanted(self, source_id: str, detection: Mapping[str, Any]) -> bool:
+        classes = self._classes.get(source_id, self.params.classes)
         return classes is None or detection.get("label") in classes or detection.get("class_id") in classes
 
     def _tracker_params(self) -> TrackerParams:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from framewire.config.kinds import config_model
+from framewire.config.source_settings import SourceSettings
 from framewire.pipeline.ops.api import ROUTES
 from framewire.registry import SOURCES
 
@@ -63,6 +64,19 @@ class Removing(_Answer):
 
     removing: str | None = Field(None, description="The source that stops reading; its outputs then close.")
     removed: str | None = Field(None, description="The ended source forgotten, with its metric series.")
+
+
+class SourceSettingsState(BaseModel):
+    """A source's settings: those changed at run time, and what applies to it now."""
+
+    id: str = Field(description="The source's id.")
+    settings: dict[str, Any] = Field(
+        description="The keys changed at run time (PATCH), kept in the state file; empty: none."
+    )
+    applied: dict[str, Any] = Field(
+        description="What applies: the changed keys over the config's own lines, zones, score threshold, "
+        "interval and classes."
+    )
 
 
 class Probe(_Answer):
@@ -183,7 +197,8 @@ _FILE = _content("application/octet-stream", "The file.", _BINARY)
 _STREAM = _content("text/event-stream", "A stream of `event: stats`.", {"type": "string"})
 _NEW_SOURCE = {"required": True, "content": {"application/json": {"schema": {}}},  # document() fills it
                "description": "A `sources:` item, chosen by its `kind` (or its uri), validated as the "
-                              "config file's sources are."}  # fmt: skip
+                              "config file's sources are; the keys of SourceSettings (lines, zones, "
+                              "...) may come beside them, checked as a PATCH is."}  # fmt: skip
 
 
 _HISTORY = (
@@ -220,10 +235,25 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "409": _json("Error", "A source of that id exists, or the daemon is stopping."),
             **_ERRORS}), "requestBody": _NEW_SOURCE},
     },
-    "/sources/{source_id}": {"delete": _op(
-        "remove_source", "Stop reading a source; an ended one: forget it.",
-        {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
-         "404": _json("Error", "No such source."), **_ERRORS}, _param("source_id"))},
+    "/sources/{source_id}": {
+        "delete": _op(
+            "remove_source", "Stop reading a source; an ended one: forget it (and its settings).",
+            {"200": _json("Removing", "Forgotten."), "202": _json("Removing", "Stopping."),
+             "404": _json("Error", "No such source."), **_ERRORS}, _param("source_id")),
+        "get": _op(
+            "source_settings", "A source's settings: changed at run time, and applied.",
+            {"200": _json("SourceSettingsState", "Its settings."), "404": _json("Error", "No such source."),
+             **_ERRORS}, _param("source_id")),
+        "patch": {**_op(
+            "change_source", "Change a running source's lines, zones, classes, score threshold or interval, "
+            "from its next frame; the keys left out stay, null gives one back to the config.",
+            {"200": _json("SourceSettingsState", "Changed, kept in the state file, announced as an event."),
+             "400": _json("Error", "Not JSON, or a change the config would refuse (the key named)."),
+             "404": _json("Error", "No such source."), "409": _json("Error", "The source has ended."),
+             **_ERRORS}, _param("source_id")),
+            "requestBody": {"required": True, "description": "The keys to change.",
+                            "content": {"application/json": {"schema": {"$ref": REF.format(
+                                model="SourceSettings")}}}}},
     "/model": {
         "get": _op("get_model", "The model in use and the last swap.",
                    {"200": _json("ModelState", "The model."), **_ERRORS}),
@@ -292,8 +322,9 @@ def _schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         schemas[model.__name__] = schema
         if {"$ref": REF.format(model=model.__name__)} not in kinds:
             kinds.append({"$ref": REF.format(model=model.__name__)})
-    answers = (Error, SourceState, SourceList, Removing, Probe, Accepted, EventPage, ClipPage)
-    for model in (*answers, ModelState, NewModel):
+    models = (Error, SourceState, SourceList, Removing, SourceSettingsState, SourceSettings, Probe, Accepted,
+              EventPage, ClipPage)
+    for model in (*models, ModelState, NewModel):
         schema = model.model_json_schema(ref_template=REF)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema

@@ -160,6 +160,12 @@ class HttpConfig(_Model):
     console: ConsoleConfig = Field(
         default_factory=ConsoleConfig, description="The web console: sources, rates, previews, add and remove."
     )
+    state_file: str | None = Field(
+        default="state/sources.json",
+        description="Where the daemon keeps the sources' settings changed at run time (PATCH "
+        "/sources/{id}: lines, zones, classes, score threshold, interval), read back at start and "
+        "applied before the first frame; relative to the working directory. null: not kept.",
+    )
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> HttpConfig:

@@ -34,6 +34,7 @@ from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker
 from framewire.pipeline.hub.routing import FrameState, Router
 from framewire.pipeline.hub.swap import Swaps
+from framewire.pipeline.hub.source_settings import SourceSettings
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire import messages as msg
 
@@ -88,8 +89,9 @@ class Hub:
         self.live = LiveLayout(decodes, self.roster) if decodes is not None else None  # stages.layout: live
         self.inputs = Inputs(plan, self.router, self.lifecycle, self.live)
         self.events = Events(observer, self.roster, plan, self.known_sources)
-        self.swaps = Swaps(plan, self.lifecycle, self.roster, self.router)
-        """New versions of stages while the job runs (a model's: pipeline.hub.swap)."""
+        self.swaps = Swaps(plan, self.lifecycle, self.roster, self.router)  # a model's new version: hub.swap
+        # Each source's settings changed at run time, sent to the workers (CONFIGURE).
+        self.settings = SourceSettings(self.roster, plan.stage_names, plan.settings.initial if plan.settings else {})
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self._next_tick = 0.0
@@ -223,6 +225,7 @@ class Hub:
             for record in self.inputs.sources.values():
                 if record.info is not None:
                     peer.send({"type": msg.STREAM, "source": record.source_id, "info": record.info})
+        self.settings.to_worker(peer)  # before any frame: a restarted worker too
         self._grant_when_ready()
 
     def on_result(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from framewire.pipeline.hub.observer import HubObserver
@@ -85,6 +85,14 @@ class Events:
         log.info("source %s: %s", source, "online again" if online else "offline")
         self._to_outputs({"event": "source", "source": source, "state": "online" if online else "offline",
                           "wall": round(time.time(), 6)})  # fmt: skip
+
+    def configured(self, source: str, settings: Mapping[str, Any], change: Mapping[str, Any]) -> None:
+        """A source's settings changed at run time (PATCH /sources/{id}): announced to every output as
+        `{"event": "configured", "source", "settings" (the whole of them), "change" (as sent), "wall"}`;
+        the jsonl output writes it among the source's records, the sinks send it on."""
+        log.info("source %s: settings changed: %s", source, ", ".join(sorted(change)) or "none")
+        event = {"event": "configured", "source": source, "settings": dict(settings), "change": dict(change)}
+        self._to_outputs({**event, "wall": round(time.time(), 6)})
 
     def _to_outputs(self, event: dict[str, Any]) -> None:
         for name in self.stages:

@@ -1,9 +1,9 @@
 """The control API's commands, carried out on the hub loop (the one writer of its state).
 
 The HTTP threads (pipeline.control) queue a `Command`; the hub loop takes the queue between two
-messages, runs each command here and hands its answer back: list, add or remove a source, drain
-(stop reading, finish what is in flight) or stop now, show the model or start a new version of it
-(pipeline.hub.swap). An ended or failed source stays listed, with
+messages, runs each command here and hands its answer back: list, add or remove a source, show or
+change a source's settings (pipeline.ops.settings), drain (stop reading, finish what is in flight)
+or stop now, show the model or start a new version of it (pipeline.hub.swap). An ended or failed source stays listed, with
 its counts and last error, until a DELETE removes it for good (its metric series go with it).
 """
 
@@ -14,6 +14,7 @@ import queue
 from collections.abc import Callable
 
 from framewire.pipeline.ops.control import Command, ControlServer
+from framewire.pipeline.ops.settings import Settings
 from framewire.pipeline.errors import ConfigError, FramewireError
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.swap import SwapRefused, Swaps
@@ -33,6 +34,7 @@ class Commands:
         stopping: Callable[[], bool],
         forget: Callable[[str], None] = lambda source_id: None,
         swaps: Swaps | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.plan = plan
         self.inputs = inputs
@@ -42,6 +44,8 @@ class Commands:
         """Drops a removed source's metric series."""
         self.swaps = swaps
         """The hub's model swaps; None: this server cannot change the model."""
+        self.settings = settings
+        """Sources' settings changed at run time; None: this job cannot change them."""
 
     def run_queued(self, server: ControlServer) -> None:
         while True:
@@ -68,6 +72,8 @@ class Commands:
             self._model(command)
         elif command.action == "swap_model":
             self._swap_model(command)
+        elif command.action in ("settings", "configure"):
+            self._settings(command, *command.body)
         elif command.action in ("drain", "stop"):
             self.request_stop()
             if command.action == "stop":
@@ -85,6 +91,8 @@ class Commands:
             command.answer(202, {"removing": source_id})
         elif self.inputs.forget(source_id):
             self.forget(source_id)
+            if self.settings is not None:
+                self.settings.forget(source_id)
             command.answer(200, {"removed": source_id})
         else:
             command.answer(404, {"error": f"no source {source_id!r}"})
@@ -98,7 +106,8 @@ class Commands:
             return
         if not isinstance(command.body, dict):
             raise ConfigError("the body must be a JSON object with the keys of a sources: item")
-        source = self.plan.make_source(command.body)
+        item, change = self.settings.split(command.body) if self.settings is not None else (command.body, {})
+        source = self.plan.make_source(item)
         if source.source_id in self.inputs.sources:
             command.answer(409, {"error": f"source {source.source_id!r} already exists"})
             return
@@ -106,7 +115,10 @@ class Commands:
             command.answer(409, {"error": f"source {source.source_id!r} has ended and is still listed: "
                                           f"DELETE /sources/{source.source_id} forgets it"})
             return
+        settings = self.settings.check(source.source_id, change) if self.settings and change else None
         record = self.inputs.add(source)
+        if self.settings is not None and settings is not None:  # before its first frame: no worker has it yet
+            self.settings.apply(source.source_id, settings, change)
         log.info("source %s added", source.source_id)
         command.answer(201, self.inputs.describe(record))
 
@@ -140,3 +152,17 @@ class Commands:
             command.answer(409, {"error": str(exc)})
             return
         command.answer(202, self.swaps.describe())
+    def _settings(self, command: Command, source_id: str, change: object = None) -> None:
+        """GET (`settings`) or PATCH (`configure`) of a source's settings."""
+        if self.settings is None:
+            command.answer(501, {"error": "this job's sources have no settings to change"})
+        elif source_id not in self.inputs.sources and source_id not in self.inputs.ended:
+            command.answer(404, {"error": f"no source {source_id!r}"})
+        elif command.action == "settings":
+            command.answer(200, self.settings.describe(source_id))
+        elif source_id not in self.inputs.sources:
+            ended = f"source {source_id!r} has ended: its settings can no longer change"
+            command.answer(409, {"error": ended})
+        else:
+            self.settings.change(source_id, change)
+            command.answer(200, self.settings.describe(source_id))

@@ -84,7 +84,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/readyz": ("GET", "HEAD"),
     "/healthz": ("GET", "HEAD"),
     "/sources": ("GET", "HEAD", "POST"),
-    "/sources/{source_id}": ("DELETE",),
+    "/sources/{source_id}": ("GET", "HEAD", "PATCH", "DELETE"),
     "/model": ("GET", "HEAD", "POST"),
     "/drain": ("POST",),
     "/stop": ("POST",),
@@ -177,7 +177,7 @@ class _Handlers:
         console_paths = [path for path in ROUTES if path in STATIC or path == STATS]
         return {
             "/metrics": self.metrics, "/openapi.json": self.openapi, "/hls/{source_id}/{name}": self.hls_file,
-            "/sources": self.sources, "/sources/{source_id}": self.remove, EVENTS: self.events,
+            "/sources": self.sources, "/sources/{source_id}": self.source, EVENTS: self.events,
             "/model": self.model,
             PREVIEW + "{source_id}": self.preview,
             recordings.EVENTS: self.history("events"), recordings.CLIPS: self.history("clips"),
@@ -217,9 +217,15 @@ class _Handlers:
             return await self.submit("add", await _json_body(request))
         return await self.submit("list")
 
-    async def remove(self, request: Request) -> Response:
+    async def source(self, request: Request) -> Response:
+        """DELETE: remove it; GET: its settings; PATCH: change them (pipeline.ops.settings)."""
         self.authorise(request)
-        return await self.submit("remove", request.path_params["source_id"])
+        source_id = request.path_params["source_id"]
+        if request.method == "DELETE":
+            return await self.submit("remove", source_id)
+        if request.method == "PATCH":
+            return await self.submit("configure", (source_id, await _json_body(request)))
+        return await self.submit("settings", (source_id,))
 
     async def model(self, request: Request) -> Response:
         """The model in use and the last swap; POST: a new version of it (pipeline.hub.swap)."""

@@ -38,6 +38,7 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/console/console.js": ("console.js", "text/javascript; charset=utf-8"),
     "/console/console.css": ("console.css", "text/css; charset=utf-8"),
+    "/console/draw.js": ("draw.js", "text/javascript; charset=utf-8"),
     "/history": ("history.html", "text/html; charset=utf-8"),
     "/console/history.js": ("history.js", "text/javascript; charset=utf-8"),
     "/favicon.svg": ("favicon.svg", "image/svg+xml"),

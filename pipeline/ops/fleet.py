@@ -32,6 +32,7 @@ from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.ops import rendezvous
 from framewire.pipeline.ops.actions import Commands
 from framewire.pipeline.ops.control import Command
+from framewire.pipeline.ops.fleet_settings import FleetSourceSettings
 from framewire.pipeline.ops.fleet_store import RedisStore, StoreError, replica_of
 from framewire.pipeline.plan import FleetSettings, Plan
 from framewire.pipeline.uris import redact
@@ -75,6 +76,8 @@ class Fleet:
         self._unclaimed_since: dict[str, float] = {}
         self._wake = threading.Event()
         self._quit = threading.Event()
+        self.source_settings = FleetSourceSettings(self.store, None)
+        """The sources' settings in the store (its `settings` set by the commands)."""
         self._thread = threading.Thread(target=self._agent, name="framewire-fleet", daemon=True)
         self._joined = 0.0
         self._renewed = 0.0
@@ -108,6 +111,9 @@ class Fleet:
             action, source_id, arg = self._actions.get_nowait()
             if action == "start":
                 self._start(source_id, *arg)
+            elif action == "configure":
+                if source_id in self.running:
+                    self.source_settings.apply(source_id, arg)
             else:
                 self._stop(source_id, arg)
         self._notice_retired()
@@ -157,7 +163,7 @@ class Fleet:
         if source_id in self.inputs.sources:  # still draining here from an earlier lease: later
             self._actions.put(("start", source_id, (item, resume)))
             return
-        started = self.settings.resume(item) if resume else item
+        started, settings = self.source_settings.split(self.settings.resume(item) if resume else item)
         try:
             source = self.make_source(started)
         except FramewireError as exc:
@@ -172,6 +178,9 @@ class Fleet:
             source = dataclasses.replace(source, ran_before=True)
         self.inputs.add(source)
         self.running.add(source_id)
+        if settings:  # before its first frame: its decode worker has just been started
+            self.source_settings.seen[source_id] = settings
+            self.source_settings.apply(source_id, settings)
         again = " (it ran before: a file resumes where its outputs stop)" if resume else ""
         log.info("fleet: source %s runs here%s", source_id, again)
 
@@ -226,6 +235,10 @@ class Fleet:
             return self.interval
         scan = self.store.scan()
         for source_id in sorted(self.held):
+            item = scan.wanted.get(source_id)
+            changed = self.source_settings.changed(source_id, item) if item is not None else None
+            if changed is not None:
+                self._actions.put(("configure", source_id, changed))
             if source_id in scan.stopping:
                 self._actions.put(("stop", source_id, "removed"))
             elif source_id not in scan.wanted:
@@ -297,6 +310,7 @@ class FleetCommands(Commands):
     def __init__(self, fleet: Fleet, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fleet = fleet
+        fleet.source_settings.settings = self.settings
 
     def run(self, command: Command) -> None:
         try:
@@ -306,6 +320,10 @@ class FleetCommands(Commands):
                 self._fleet_add(command)
             elif command.action == "remove":
                 self._fleet_remove(command, str(command.body))
+            elif command.action in ("settings", "configure"):
+                source_id, *change = command.body
+                here = source_id in self.fleet.running
+                self.fleet.source_settings.command(command, source_id, *change, here=here)
             else:
                 super().run(command)
         except StoreError as exc:
@@ -339,8 +357,10 @@ class FleetCommands(Commands):
             return
         if not isinstance(command.body, dict):
             raise ConfigError("the body must be a JSON object with the keys of a sources: item")
-        source_id = self.plan.make_source(command.body).source_id  # refused here (400) if the config would
-        added = self.fleet.store.add(source_id, command.body)
+        item, change = self.fleet.source_settings.split(command.body)
+        source_id = self.plan.make_source(item).source_id  # refused here (400) if the config would
+        settings = self.settings.check(source_id, change) if self.settings is not None and change else {}
+        added = self.fleet.store.add(source_id, {**item, **settings})
         if added == 0:
             command.answer(409, {"error": f"source {source_id!r} already exists in the fleet"})
         elif added == 2:

@@ -92,6 +92,15 @@ return 1
 """A source this replica ran has retired: ended for good (ARGV[4] == '1', or a DELETE asked for it)
 it is recorded in `done`; else (this replica is stopping) it is handed over. The lease goes."""
 
+_UPDATE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 or redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+"""A wanted source's item replaced (its settings changed): 0 when it is not wanted, or has ended."""
+
 _ADD = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
   return 1
@@ -180,7 +189,7 @@ class RedisStore:
             raise StoreError(f"fleet.store: {redact(url)}: {exc}") from None
         self._scripts = {name: self.db.register_script(text) for name, text in (
             ("heartbeat", _HEARTBEAT), ("claim", _CLAIM), ("finish", _FINISH), ("add", _ADD),
-            ("remove", _REMOVE), ("leave", _LEAVE))}  # fmt: skip
+            ("remove", _REMOVE), ("leave", _LEAVE), ("update", _UPDATE))}  # fmt: skip
 
     def key(self, name: str) -> str:
         return self.ns + name
@@ -238,6 +247,18 @@ class RedisStore:
     def add(self, source_id: str, item: Mapping[str, Any]) -> int:
         """1 added; 0 already wanted; 2 already there and ended (DELETE forgets it)."""
         return int(self._call("add", self._keys("sources", "done"), [source_id, json.dumps(dict(item))]))
+
+    def update(self, source_id: str, item: Mapping[str, Any]) -> bool:
+        """Replace a wanted source's item (its settings changed); False when it is not wanted or ended."""
+        return bool(self._call("update", self._keys("sources", "done"), [source_id, json.dumps(dict(item))]))
+
+    def item(self, source_id: str) -> dict[str, Any] | None:
+        """A wanted source's item as added (with its settings), None when there is no such source."""
+        try:
+            raw = self.db.hget(self.key("sources"), source_id)
+        except self._errors as exc:
+            raise StoreError(f"fleet store {redact(self.url)}: {type(exc).__name__}: {exc}") from None
+        return json.loads(raw) if raw is not None else None
 
     def remove(self, source_id: str, record: Mapping[str, Any]) -> int:
         """0 no such source; 1 an ended one forgotten; 2 asked to stop (`record`: how an unclaimed

@@ -86,6 +86,16 @@ class LiveStats:
         self._charted = 0.0
         self.snapshot = Snapshot()
         """The latest snapshot; replaced whole, never changed."""
+        self._analytics: dict[str, dict[str, Any]] = {}
+        """Each source's lines and zones with their totals, as its latest tracked frame had them."""
+
+    def counted(self, source: str, result: Any) -> None:
+        """A tracked frame's `analytics` result (the hub reads it once per frame, in order): its lines'
+        and zones' points and totals (summed over the classes) for the console to draw."""
+        analytics = result.get("analytics") if isinstance(result, dict) else None
+        if not isinstance(analytics, dict):
+            return
+        self._analytics[source] = _drawn(analytics)
 
     def done(self, source: str, latency_s: float | None, now: float | None = None) -> None:
         """A frame of `source` came out of every output (`latency_s` from the start of its decode)."""
@@ -117,6 +127,8 @@ class LiveStats:
             if not live:
                 fps = 0.0
             described.update(fps=round(fps, 2), latency_p50_ms=_ms(p50), latency_p99_ms=_ms(p99))
+            if record.source_id in self._analytics:
+                described["analytics"] = self._analytics[record.source_id]
             sources.append(described)
             if chart and live:
                 window.history.append((round(wall, 3), round(fps, 2), _ms(p50), _ms(p99)))
@@ -127,6 +139,26 @@ class LiveStats:
     def forget(self, source_id: str) -> None:
         """A source removed for good: its window and history go."""
         self._windows.pop(source_id, None)
+        self._analytics.pop(source_id, None)
+
+
+def _drawn(analytics: dict[str, Any]) -> dict[str, Any]:
+    """What the console draws of a frame's analytics: each line's points and totals in and out, each
+    zone's polygon, occupancy, entries and exits (summed over the classes)."""
+    lines, zones = {}, {}
+    for name, line in (analytics.get("lines") or {}).items():
+        if isinstance(line, dict):
+            lines[name] = {"points": line.get("points"), "in": _total(line.get("in")), "out": _total(line.get("out"))}
+    for name, zone in (analytics.get("zones") or {}).items():
+        if isinstance(zone, dict):
+            totals = {key: _total(zone.get(key)) for key in ("occupancy", "entries", "exits")}
+            zones[name] = {"polygon": zone.get("polygon"), **totals}
+    return {"lines": lines, "zones": zones}
+
+
+def _total(counts: Any) -> int:
+    """A per-class count map's sum (0 for anything else)."""
+    return int(sum(v for v in counts.values() if isinstance(v, int | float))) if isinstance(counts, dict) else 0
 
 
 def _ms(value: float | None) -> float | None:

@@ -18,6 +18,7 @@ from framewire.pipeline.ops.control import ControlServer
 from framewire.pipeline.ops.fleet import Fleet, FleetCommands
 from framewire.pipeline.ops.live import LiveStats
 from framewire.pipeline.ops.preview import Previews
+from framewire.pipeline.ops.settings import Settings
 from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.inputs import Inputs
 from framewire.pipeline.hub.swap import Swaps
@@ -84,6 +85,7 @@ class Operations:
         live: LiveStats | None = None,
         fleet: Fleet | None = None,
         swaps: Swaps | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.previews: Previews | None = None
         """The console's preview frames (the hub's frame tap); None when the console or previews are off."""
@@ -99,8 +101,8 @@ class Operations:
         except OSError as exc:
             raise JobFailed(f"http.port: cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
         forgetting = self._forgetting(forget)
-        self.commands = (Commands(plan, inputs, request_stop, health.stopping, forgetting, swaps) if fleet is None
-                         else FleetCommands(fleet, plan, inputs, request_stop, health.stopping, forgetting, swaps))
+        how = (plan, inputs, request_stop, health.stopping, forgetting, swaps, settings)
+        self.commands = Commands(*how) if fleet is None else FleetCommands(fleet, *how)
         self.server.start()
 
     @property

@@ -134,6 +134,7 @@ class Telemetry:
 
     def on_track_result(self, source: str, result: Any) -> None:
         track_counts.count(self.metrics, source, result)
+        self.live.counted(source, result)
 
     def on_tick(self, router: Router, roster: Roster, inputs: Inputs, pids: Mapping[str, int]) -> None:
         self.gauges.update(router, roster, inputs)

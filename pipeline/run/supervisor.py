@@ -29,6 +29,7 @@ from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.hub.core import Hub, Progress
 from framewire.pipeline.ops.fleet import Fleet
 from framewire.pipeline.ops.service import Health, Operations
+from framewire.pipeline.ops.settings import Settings
 from framewire.pipeline.ops.telemetry import Telemetry
 from framewire.pipeline.plan import Plan, Report
 from framewire.pipeline.wire.shm import sweep_orphans
@@ -89,6 +90,7 @@ class Supervisor:
                     self.telemetry.live,
                     self._fleet,
                     self._hub.swaps,
+                    self._settings(),
                 )
                 self._hub.tap = self._ops.previews
             except BaseException:
@@ -132,6 +134,11 @@ class Supervisor:
         return self._health()
 
     # --- how it runs ---------------------------------------------------------------------------
+
+    def _settings(self) -> Settings | None:
+        """The sources' settings changed at run time (pipeline.ops.settings), when the job has them."""
+        hooks, hub = self.plan.settings, self._hub
+        return Settings(hooks, hub.settings, hub.inputs, hub.events) if hooks is not None else None
 
     def _spawn_all(self) -> None:
         plan, hub = self.plan, self._hub

@@ -36,10 +36,12 @@ WORK = "work"  # process this frame
 POOL = "pool"  # a source's frame pool exists: {pool}
 GRANT = "grant"  # a source may fill these slots: {slots}
 STOP = "stop"  # stop: a source stops reading; other workers finish and exit
+CONFIGURE = "configure"  # a source's settings changed at run time: {source, settings} (the whole of them)
 SHARE = "share"  # the live layout: a source joins a worker's share {add, item?} or leaves it {drop}; its answer {released}
 
 TYPES = frozenset(
-    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP, STATUS, LIVE, SHARE}
+    {READY, RESULT, FAILED, FATAL, STREAM, FRAME, EOS, CLOSED, STATS, EVENT, WORK, POOL, GRANT, STOP, STATUS, LIVE, SHARE,
+     CONFIGURE}
 )
 
 DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"})

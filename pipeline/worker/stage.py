@@ -24,6 +24,7 @@ from framewire.pipeline.wire import messages as msg
 from framewire.pipeline.errors import one_line
 from framewire.pipeline.frame import Frame, Stage, StageContext
 from framewire.pipeline.wire.framepool import PoolCache
+from framewire.pipeline.worker.configure import configure
 from framewire.pipeline.worker.hub_link import HubConnection, SupervisorWatch, WorkerSpec, setup_process
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,8 @@ class Loop:
                 pass
             self._send_counts(force=True)  # the totals after the flush reach the hub before CLOSED
             self.conn.send({"type": msg.CLOSED, "source": source})
+        elif kind == msg.CONFIGURE:
+            configure(self.stage, header)
         elif kind == msg.STOP:
             return False
         return True

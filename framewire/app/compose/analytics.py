@@ -43,13 +43,13 @@ def check_analytics(config: Config, labels: Sequence[str] | None) -> None:
             class_filter(classes, labels, len(labels) if labels else None, key)
         if spec.normalized:
             continue
-        size = _frame_size(next(s for s in config.sources if s.id == source_id))
+        size = frame_size(next(s for s in config.sources if s.id == source_id))
         problem = spec.outside(*size) if size else None
         if problem:
             raise ConfigError(f"analytics.{source_id}.{problem}")
 
 
-def _frame_size(source: SourceBase) -> tuple[int, int] | None:
+def frame_size(source: SourceBase) -> tuple[int, int] | None:
     """A local video file's frame size, read from the file; None for streams, cameras and the rest
     (their lines and zones are checked on the first frame, in the tracking stage)."""
     from framewire.media.video_reader import VideoReader
@@ -71,5 +71,5 @@ def _frame_size(source: SourceBase) -> tuple[int, int] | None:
 
 def _track(config: Config) -> TrackStage:
     assert config.tracking is not None
-    analytics = Analytics(config.analytics) if config.analytics else None
+    analytics = Analytics(config.analytics)  # none yet: a source's lines may come at run time
     return TrackStage(resolve_tracking(config.tracking.params), analytics)

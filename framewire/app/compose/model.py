@@ -153,14 +153,16 @@ def model_stages(config: Config) -> list[StageSpec]:
 # Factories: module-level so that spawn can pickle them by reference; called in the worker.
 
 
-def _scheduled(config: Config, stage: Stage, *, last: bool = False) -> Stage:
-    """The stage as is, or skipping the frames `tracking.interval` leaves to the tracker."""
-    interval = config.tracking.interval if config.tracking else 0
-    return Scheduled(stage, Schedule(interval), last=last) if interval else stage
+def _scheduled(config: Config, stage: Stage, *, last: bool = False, follow: bool = True) -> Stage:
+    """The stage as is, or, with tracking, skipping the frames `tracking.interval` leaves to the
+    tracker (an interval of 0 too: a source's interval may change while the job runs)."""
+    if config.tracking is None:
+        return stage
+    return Scheduled(stage, Schedule(config.tracking.interval), last=last, follow=follow)
 
 
 def _preprocess(config: Config, own_input: int = 0) -> Stage:
-    return _scheduled(config, Preprocess(build_task(config), own_input))
+    return _scheduled(config, Preprocess(build_task(config), own_input), follow=False)
 
 
 def _engine(config: Config, task: Task, index: int = 0) -> Engine:

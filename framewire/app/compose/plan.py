@@ -21,6 +21,7 @@ from framewire.app.compose.http import http_settings
 from framewire.app.compose.model import build_task, check_model, model_stages, model_version
 from framewire.app.compose.model_swap import model_update
 from framewire.app.compose.outputs import build_composites, composite_stages, output_stages
+from framewire.app.compose.settings import settings_hooks
 from framewire.app.compose.sources import make_source, source_plans
 from framewire.app.io_check import check_io
 from framewire.app.preload import PRELOAD
@@ -111,6 +112,7 @@ def build_plan(config: Config, *, log_level: int = logging.WARNING, log_format: 
         make_source=functools.partial(make_source, config, task=task),
         model=ModelVersion(config.model.path, model_version(config)),
         update_model=functools.partial(model_update, config, task, check, stage_specs),
+        settings=settings_hooks(config, task),
         worker_init=single_threaded_opencv,
         binds=tuple(
             (f"outputs.{i}.endpoint", out.endpoint)

@@ -1,6 +1,8 @@
 // framewire's web console: reads its figures from /console/events (server-sent events, read with
 // fetch so that the token goes in a header), long-polls each source's preview, adds and removes
-// sources through the control API. Plain JavaScript and canvas; no library, no build step.
+// sources through the control API, and draws each source's lines and zones with their live counts
+// over its preview, where the user draws new ones (draw.js). Plain JavaScript and canvas; no
+// library, no build step.
 "use strict";
 
 const TOKEN_KEY = "framewire.token";
@@ -69,6 +71,8 @@ function makeCard(id) {
   const card = { root, fields, remove, problem, preview, panel, fpsChart, latencyChart, frame: 0, watching: false,
                  gone: false, ended: false };
   document.getElementById("sources").append(root);
+  drawTools(card, id, api, el);
+  preview.addEventListener("load", () => paint(card));
   return card;
 }
 
@@ -94,6 +98,7 @@ function update(card, source, history) {
   card.panel.hidden = !previewsOn || card.frame > 0;
   card.panel.textContent = card.ended ? source.state : "waiting for a frame";
   if (previewsOn && !card.watching && !card.ended) watch(card, source.id);
+  showShapes(card, source);
 }
 
 function drawChart(canvas, points, series) {

@@ -102,8 +102,8 @@ def test_a_method_a_path_does_not_take_is_405_with_allow_and_unknown_paths_404(a
     status, head, body = call(url + "/sources", "PUT", b"{}")
     assert (status, head["Allow"]) == (405, "GET, HEAD, POST, OPTIONS")
     assert body == {"error": "PUT is not allowed on /sources: it takes GET, HEAD, POST"}
-    assert call(url + "/sources/cam", "GET")[0] == 405
-    assert call(url + "/sources/cam", "PATCH")[1]["Allow"] == "DELETE, OPTIONS"
+    assert call(url + "/sources/cam", "PUT")[0] == 405
+    assert call(url + "/sources/cam", "PUT")[1]["Allow"] == "GET, HEAD, PATCH, DELETE, OPTIONS"
     assert call(url + "/metrics", "POST", b"")[1]["Allow"] == "GET, HEAD, OPTIONS"
     assert call(url + "/drain", "GET")[1]["Allow"] == "POST, OPTIONS"
     assert call(url + "/nowhere", "PUT", b"x")[::2] == (404, {"error": "no such endpoint: /nowhere"})
