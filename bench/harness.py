@@ -102,7 +102,9 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def stream_stats(records: Sequence[Mapping[str, Any]], skip_s: float = 2.0) -> dict[str, Any]:
     """One stream's frames kept a second, from its stream times (a dropped frame leaves a gap), and
-    latency p50/p99 of `latency_ms.total`; the first `skip_s` of stream time (start-up) left out."""
+    latency p50/p99 of `latency_ms.total`; the first `skip_s` of stream time (start-up) left out.
+    Event lines among them (a source offline or online, a setting changed) are not frames: skipped."""
+    records = [r for r in records if "time" in r]
     if not records:
         return {"records": 0, "fps": None, "latency_p50_ms": None, "latency_p99_ms": None}
     start = min(r["time"] for r in records) + skip_s

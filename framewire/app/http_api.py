@@ -254,6 +254,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             "requestBody": {"required": True, "description": "The keys to change.",
                             "content": {"application/json": {"schema": {"$ref": REF.format(
                                 model="SourceSettings")}}}}},
+    },
     "/model": {
         "get": _op("get_model", "The model in use and the last swap.",
                    {"200": _json("ModelState", "The model."), **_ERRORS}),
