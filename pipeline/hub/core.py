@@ -1,15 +1,16 @@
 """The hub: one job's loop, its dispatch and each frame's path, given its workers and an observer.
 
-It is the ZeroMQ guide's load-balancing broker. Every worker connects a DEALER to one ROUTER here
-and asks for work by announcing credits; the hub sends a worker a frame only when it has a credit,
-remembers which frames each worker holds, and when a worker dies hands those frames to the next
-worker of the same stage after restarting it. Frames stay in the shared-memory pool: a message
-carries a slot index, small tensors and the frame's header.
+It is the ZeroMQ guide's load-balancing broker. Every worker connects a DEALER to one ROUTER here and
+asks for work by announcing credits; the hub sends a worker a frame only when it has a credit, remembers
+which frames each worker holds, and when a worker dies hands those frames to the next worker of the same
+stage after restarting it. Frames stay in the shared-memory pool: a message carries a slot index, small
+tensors and the frame's header.
 
-The rooms around it, in this package: routing (which worker gets a frame next, each source's order
-and end of stream), inputs (the sources, their decode workers, pools and slots), lifecycle (the
-worker processes, watched and restarted), events (the outputs' announcements), header (what the hub reads of a message). What it counts goes to a `HubObserver`
-(the metrics); how a job is started, stopped, drained and reported is pipeline.run's business.
+The rooms around it, in this package: routing (which worker gets a frame next, each source's order and
+end of stream), inputs (the sources, their decode workers, pools and slots), shares and live_frames (the
+live layout), lifecycle (the worker processes, watched and restarted), swap (a model's new version),
+events (the outputs' announcements), header (what the hub reads of a message). What it counts goes to a
+`HubObserver` (the metrics); how a job is started, stopped and reported is pipeline.run's business.
 docs/architecture.md draws a frame's path through them.
 """
 
@@ -27,8 +28,9 @@ from framewire.pipeline.errors import JobFailed
 from framewire.pipeline.frame import IMAGE, shown_region
 from framewire.pipeline.hub.events import Events
 from framewire.pipeline.hub.header import FrameKey, ReadyHeader, ResultHeader
-from framewire.pipeline.hub.inputs import Inputs, SourceRecord
-from framewire.pipeline.hub.shares import LiveLayout, admit
+from framewire.pipeline.hub.inputs import Inputs
+from framewire.pipeline.hub.live_frames import LiveFrames
+from framewire.pipeline.hub.shares import LiveLayout
 from framewire.pipeline.hub.lifecycle import Lifecycle, StartProcess, exit_text
 from framewire.pipeline.hub.observer import FrameTap, HubObserver
 from framewire.pipeline.hub.peers import DecodeWorker, Roster, ShareWorker, StageWorker
@@ -88,6 +90,7 @@ class Hub:
         decodes = next((s for s in plan.middle if s.decodes_sources), None)
         self.live = LiveLayout(decodes, self.roster) if decodes is not None else None  # stages.layout: live
         self.inputs = Inputs(plan, self.router, self.lifecycle, self.live)
+        self.shared = LiveFrames(self.live, self.inputs, plan, observer, self._from_decode) if self.live else None
         self.events = Events(observer, self.roster, plan, self.known_sources)
         self.swaps = Swaps(plan, self.lifecycle, self.roster, self.router)  # a model's new version: hub.swap
         # Each source's settings changed at run time, sent to the workers (CONFIGURE).
@@ -187,9 +190,9 @@ class Hub:
     def _from_stage(
         self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]
     ) -> None:
-        if self.live is not None and peer.stage == self.live.stage and kind in _FROM_SHARE:
+        if self.shared is not None and peer.stage == self.shared.live.stage and kind in _FROM_SHARE:
             if kind != msg.STATS or "source" in header:
-                self._from_share(peer, kind, header, tensors)
+                self.shared.take(peer, kind, header, tensors)
                 return
         if kind == msg.READY:
             self.on_ready(peer, ReadyHeader.read(header))
@@ -219,8 +222,8 @@ class Hub:
         peer.announce(ready.credits)
         if ready.provider is not None:
             self.observer.on_provider(peer.stage, peer.index, ready.provider)
-        if self.live is not None:
-            self.live.on_ready(peer, self._running)
+        if self.shared is not None:
+            self.shared.live.on_ready(peer, self.shared.running)
         if peer.stage in self.plan.output_names:  # an output learns the streams before their frames
             for record in self.inputs.sources.values():
                 if record.info is not None:
@@ -254,26 +257,6 @@ class Hub:
         if spec.feeds_tracks:
             self.observer.on_track_result(key.source, header.get("result"))
         self.router.done(key, peer.stage, header, dict(tensors))
-
-    def _from_share(self, peer: StageWorker, kind: str, header: dict[str, Any], tensors: dict[str, np.ndarray]) -> None:
-        """The live layout: a worker of the model's stage speaks for a source of its share."""
-        assert self.live is not None
-        sid = str(header.get("released") if kind == msg.SHARE else header.get("source"))
-        record = self.inputs.sources.get(sid)
-        if record is None or not isinstance(record.worker, ShareWorker):
-            log.debug("%s message from %s for source %s, which it does not read", kind, peer.name, sid)
-        elif kind == msg.LIVE:
-            admit(record, peer.stage, header, tensors, self.router, self.plan, self.observer)
-        elif kind == msg.SHARE:
-            lost = header.get("lost", 0)
-            record.lost += lost if type(lost) is int else 0
-            self.live.released(sid, self._running)
-        else:
-            self._from_decode(record.worker, header, tensors)
-
-    def _running(self, source: str) -> bool:
-        """The source is listed and has not said its end (a live worker may start reading it)."""
-        return source in self.inputs.sources and not self.router.ending(source)
 
     def on_failed(self, peer: StageWorker, key: FrameKey, error: str) -> None:
         peer.give_back(key)
@@ -386,8 +369,8 @@ class Hub:
                 self.inputs.on_death(worker, exit_text(worker.process.exitcode))
                 continue
             how = worker.stalled or exit_text(worker.process.exitcode)
-            if self.live is not None and worker.stage == self.live.stage:
-                self.live.lose(worker.index, self.inputs.sources, self.router, self._running)
+            if self.shared is not None and worker.stage == self.shared.live.stage:
+                self.shared.lose(worker.index)
             if self.swaps.on_death(worker, how):  # a swap's worker: nothing restarts it
                 self.router.requeue(worker.stage, worker)
                 continue

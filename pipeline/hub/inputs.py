@@ -28,7 +28,7 @@ from framewire.pipeline.wire.framepool import FramePool, PoolLayout
 from framewire.pipeline.wire.shm import segment_name
 from framewire.pipeline.plan import Plan, Policy, Report, SourcePlan
 from framewire.pipeline.hub.lifecycle import Lifecycle
-from framewire.pipeline.hub.shares import LiveLayout, reopen
+from framewire.pipeline.hub.shares import LiveLayout
 from framewire.pipeline.hub.peers import DecodeWorker, ShareWorker
 from framewire.pipeline.hub.header import FrameHeader, FrameKey
 from framewire.pipeline.hub.routing import FrameState, Router
@@ -211,15 +211,10 @@ class Inputs:
             log.warning("unexpected %s message for source %s", kind, worker.source_id)
         return None
 
-    def on_stream(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any]) -> SourceRecord | None:
-        """The source opened: its pool is made and sent; slots follow when granting has begun. One of
-        the live layout opened again (its worker restarted, or it moved) keeps its pool and order, and
-        the outputs, which know its stream, are not told again (None)."""
+    def on_stream(self, worker: DecodeWorker | ShareWorker, header: dict[str, Any]) -> SourceRecord:
+        """The source opened: its pool is made and sent; slots follow when granting has begun (one of
+        the live layout that opens again keeps its pool: hub.live_frames.reopen)."""
         record = self.of(worker)
-        if record.pool is not None:
-            reopen(record, self.router)
-            self.grant_waiting()
-            return None
         info = dict(header.get("info") or {})
         if record.plan.ran_before:  # the outputs write beside the earlier run's files (SourcePlan)
             info["ran_before"] = True

@@ -23,6 +23,7 @@ from framewire.pipeline.plan import Plan, Policy, SourcePlan
 from framewire.pipeline.stagespec import DECODE
 from framewire.pipeline.hub.peers import DecodeWorker, StageWorker, Roster, Send
 from framewire.pipeline.worker.decode import source_main
+from framewire.pipeline.worker.live_loop import live_main
 from framewire.pipeline.worker.stage import worker_main
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Lifecycle:
         """Start a worker of `stage`; `beside`: next to the worker of that index, not replacing it
         in the roster (a new generation: pipeline.hub.swap)."""
         spec = self._spec(stage, index, generation, factory, label=label)
-        peer = StageWorker(spec, self._start(worker_main, spec), self.send)
+        peer = StageWorker(spec, self._start(live_main if spec.decodes_sources else worker_main, spec), self.send)
         self.processes[spec.identity] = peer
         self.roster.add(peer, beside=beside)
         log.debug("started %s (pid %s)", spec.title, peer.process.pid)

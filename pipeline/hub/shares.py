@@ -5,8 +5,8 @@ workers read the live sources themselves (pipeline.worker.live_loop). Here the h
 (`share_out`: even, and a source that comes moves none), tells each worker its share (SHARE add) when
 it is READY (at start, or restarted after a death: its sources come back with it), and when a source
 goes and the shares differ by two, moves one: the worker that has it lets go (SHARE drop, answered
-SHARE released) before the one it goes to opens it. Frames come back as LIVE messages: the frame and
-what its worker's stage made of it, admitted past that stage (Router.admit `at`).
+SHARE released) before the one it goes to opens it. What becomes of a source's frames and counts when
+they come back (LIVE), when it opens again or when its worker dies: hub.live_frames.
 
 The sources' records stay the inputs' (hub.inputs): only where their messages go differs
 (peers.ShareWorker). A block source (a file) keeps its decode worker in either layout.
@@ -15,23 +15,13 @@ The sources' records stay the inputs' (hub.inputs): only where their messages go
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from framewire.pipeline.errors import JobFailed
-from framewire.pipeline.hub.header import FrameHeader, ResultHeader
 from framewire.pipeline.hub.peers import Roster, ShareWorker, StageWorker
-from framewire.pipeline.plan import Plan, Policy, SourcePlan
+from framewire.pipeline.plan import Policy, SourcePlan
 from framewire.pipeline.stagespec import Shares, StageSpec, share_out
 from framewire.pipeline.wire import messages as msg
-
-if TYPE_CHECKING:
-    from framewire.pipeline.hub.inputs import SourceRecord
-    from framewire.pipeline.hub.observer import HubObserver
-    from framewire.pipeline.hub.routing import Router
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +103,6 @@ class LiveLayout:
         if self.moving.pop(source_id, None) is not None and running(source_id):
             self._tell(self.peer_of(source_id), source_id)
 
-    def lose(
-        self, index: int, records: Mapping[str, SourceRecord], router: Router, running: Callable[[str], bool]
-    ) -> None:
-        """Worker `index` died: the frames its sources' records say it held are lost (counted); they
-        open again with its restart, and those it was letting go of on their new worker."""
-        for sid in self.shares[index] + tuple(self.letting_go(index)):
-            record = records.get(sid)
-            if record is not None and isinstance(record.worker, ShareWorker):
-                lose_worker(record, router)
-        for sid in self.letting_go(index):
-            self.released(sid, running)
-
     def letting_go(self, index: int) -> list[str]:
         """The sources worker `index` was letting go of (it died before it said it had)."""
         return [sid for sid, old in self.moving.items() if old == index]
@@ -132,79 +110,3 @@ class LiveLayout:
     def _tell(self, peer: StageWorker | None, source_id: str) -> None:
         if peer is not None and peer.available:
             peer.send({"type": msg.SHARE, "add": source_id, "item": self._items.get(source_id)})
-
-
-def reopen(record: SourceRecord, router: Router) -> None:
-    """A live source opened again on a worker (its own restarted, or the one it moved to): it keeps its
-    pool, and its frames go on from the next seq. Its slots are those no frame in flight holds (the
-    last worker's are free: what it held is gone with it), granted again from none."""
-    assert record.pool is not None and record.worker is not None
-    sid = record.source_id
-    in_use = {state.slot for key, state in router.frames.items() if key.source == sid}
-    record.ungranted = [slot for slot in range(record.pool.layout.slots) if slot not in in_use]
-    record.spare, record.held = 0, []
-    record.live_read = record.live_out = 0
-    pool: dict[str, Any] = {"type": msg.POOL, "source": sid, "pool": record.wire, "next_seq": router.received(sid)}
-    if record.last is not None:  # the new reader's clock starts again: its frames go on after these
-        pool["pts_after"], pool["time_after"] = record.last
-    record.worker.send(pool)
-    if record.stopping:
-        record.worker.send({"type": msg.STOP})
-
-
-def admit(
-    record: SourceRecord,
-    stage: str,
-    header: dict[str, Any],
-    tensors: dict[str, np.ndarray],
-    router: Router,
-    plan: Plan,
-    observer: HubObserver,
-) -> None:
-    """A LIVE frame: read by a worker of `stage` itself, with what the stage made of it (or its failure),
-    into the routing past that stage, its counts into the source's record."""
-    head = FrameHeader.read(header, record.source_id)
-    count_frame(record, header)
-    time_s = header.get("time")
-    record.last = (head.pts, float(time_s) if isinstance(time_s, int | float) else 0.0)
-    record.spare -= 1
-    record.first_in = record.first_in if record.first_in is not None else time.monotonic()
-    record.dropped += head.dropped
-    failed = header.pop("failed", None)
-    for name in ("type", "stage", "dropped"):
-        header.pop(name, None)
-    at = router.stages.index(stage)
-    if isinstance(failed, str):
-        if not plan.skip_failed_frames:
-            raise JobFailed(f"{stage} failed on source {head.source} frame {head.seq}: {failed}")
-        router.fail(router.admit(head, header, {}, at=at), stage, failed)
-        record.failed += 1
-        observer.on_failed(head.source, stage)
-        return
-    spans, spec = ResultHeader.read(header), plan.spec(stage)
-    for name in spec.runs:
-        observer.on_stage_done(head.source, name, spans.span(name))
-    if spec.feeds_tracks:
-        observer.on_track_result(head.source, header.get("result"))
-    router.admit(head, header, dict(tensors), at=at + 1)
-
-
-def count_frame(record: SourceRecord, header: dict[str, Any]) -> None:
-    """A LIVE frame's counts, as its worker gave them: drops since its last frame, and its reads."""
-    dropped, stale, read = header.get("dropped", 0), header.pop("stale_n", 0), header.pop("read", 0)
-    if type(stale) is int and type(read) is int and type(dropped) is int:
-        record.stale += stale
-        record.live_out += 1 + dropped + stale
-        record.live_read = max(record.live_read, read)
-
-
-def lose_worker(record: SourceRecord, router: Router) -> None:
-    """Its worker died: what it had read and not sent on is lost, counted. A source it was stopping
-    ends here (nobody will send its end); the others open again with the worker's restart."""
-    record.lost += max(0, record.live_read - record.live_out)
-    record.live_read = record.live_out = 0
-    record.spare, record.held = 0, []
-    if record.stopping and not router.ending(record.source_id):
-        assert record.worker is not None
-        record.worker.finished = True
-        record.read = router.end(record.source_id, router.received(record.source_id))

@@ -35,12 +35,18 @@ from framewire.pipeline.wire.audioring import AudioRing, AudioRingLayout, ring_o
 from framewire.pipeline.wire.framepool import FramePool
 from framewire.pipeline.worker.decode import SourceStats, write_picture
 from framewire.pipeline.worker.live_share import STOP_WAIT_S, Counts, LiveShare, SourceReader, Waiting
-from framewire.pipeline.worker.stage import POLL_MS, Loop
+from framewire.pipeline.worker.hub_link import WorkerSpec
+from framewire.pipeline.worker.stage import POLL_MS, Loop, worker_main
 
 log = logging.getLogger(__name__)
 
 BEAT_S = 1.0
 """How often a live-layout worker tells the hub it lives, frames or not (the hub's stall check)."""
+
+
+def live_main(spec: WorkerSpec) -> None:
+    """Entry point of a live-layout worker: a stage worker whose loop also reads its share of the sources."""
+    worker_main(spec, LiveLoop)
 
 
 class Shared:

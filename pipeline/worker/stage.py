@@ -35,8 +35,10 @@ COUNTS_INTERVAL_S = 1.0
 Message = tuple[dict[str, Any], dict[str, np.ndarray]]
 
 
-def worker_main(spec: WorkerSpec) -> None:
-    """Entry point of a stage worker process."""
+def worker_main(spec: WorkerSpec, loop: type[Loop] | None = None) -> None:
+    """Entry point of a stage worker process; `loop`: its message loop (a live-layout worker's:
+    worker.live_loop.live_main), else `Loop`."""
+    loop = loop or Loop
     setup_process(spec)
     conn = HubConnection.open(spec)
     context = StageContext(
@@ -59,9 +61,6 @@ def worker_main(spec: WorkerSpec) -> None:
     conn.send(_ready(spec, stage))
     pools = PoolCache(on_attach=stage.pool_added, on_detach=stage.pool_removed)
     try:
-        from framewire.pipeline.worker.live_loop import LiveLoop  # it builds on Loop, below
-
-        loop = LiveLoop if spec.decodes_sources else Loop
         loop(conn, stage, pools, context.streams, watch, spec).run()
     finally:
         try:
