@@ -12,13 +12,15 @@ from pathlib import Path
 import av
 import pytest
 
-from framewire.media.remux import PassthroughRecording, Templates, init_segment
+from framewire.media.remux import PassthroughRecording, Templates, annex_b, init_segment, length_prefixed
 from framewire.media.segments import Retention
 from framewire.sources.file import FileSource
 from framewire.sources.packets import PacketTap, TapSpec, tapped
 from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
+
+VIDEOS = Path(__file__).resolve().parents[3] / "assets" / "videos"
 
 
 def read_all(source: object) -> int:
@@ -163,3 +165,43 @@ def test_the_init_segment_carries_the_codec_to_another_process(tmp_path: Path) -
     assert bytes(templates.streams[0].codec_context.extradata or b"") == extradata
     templates.close()
     assert os.path.getsize(src) > len(init)
+
+
+def test_an_rtsp_camera_with_b_frames_is_recorded_from_its_first_key_frame(tmp_path: Path) -> None:
+    """FFmpeg's RTSP demuxer gives the first packet no time and, with B-frames, the next ones a pts
+    but no dts until it has seen as many as the stream reorders (two on bikes.mp4, as seen with
+    GStreamer's RTSP server): none of them is lost, and each picture keeps its time in the file."""
+    src = tmp_path / "street.mp4"
+    clips.splice_gops(VIDEOS / "bikes.mp4", src, [(0.0, 3.0)])  # two groups of pictures, with B-frames
+    recording = PassthroughRecording(str(tmp_path / "{index}.mp4"), "cam", segment_s=60)
+    tap = PacketTap("cam", [recording], [])
+    connection = FakeConnection(src)
+    tap.begin(connection.streams)
+    for index, packet in enumerate(connection.packets()):
+        if index < 3:
+            packet.dts = None
+        if index == 0:
+            packet.pts = None
+        tap.packet(packet)
+    tap.end()
+    assert [(h, k) for h, _, k in packets_of(tmp_path / "0.mp4")] == [(h, k) for h, _, k in packets_of(src)]
+    assert clips.video_times(tmp_path / "0.mp4") == clips.video_times(src)
+
+
+def test_annex_b_packets_get_the_lengths_an_mp4_sample_holds(tmp_path: Path) -> None:
+    """An RTSP camera's packets have start codes; a clip's MP4 (its parameters an avcC record, from
+    the init segment) needs each NAL unit after its length, or its samples are neither decodable by a
+    strict player nor marked as key frames."""
+    with av.open(str(VIDEOS / "bikes.mp4")) as container:
+        stream = container.streams.video[0]
+        assert not annex_b(stream)
+        samples = [bytes(p) for p in container.demux(stream) if p.size][:30]
+    for sample in samples:
+        units, at = [], 0
+        while at < len(sample):
+            size = int.from_bytes(sample[at : at + 4], "big")
+            units.append(sample[at + 4 : at + 4 + size])
+            at += 4 + size
+        as_sent = b"".join(b"\x00\x00\x00\x01" + unit for unit in units)
+        assert length_prefixed(as_sent) == sample
+        assert length_prefixed(b"\x00\x00\x01" + units[0]) == sample[: 4 + len(units[0])]
