@@ -189,6 +189,11 @@ def test_a_street_camera_over_rtsp_gives_clips_with_pre_and_post_roll_a_passthro
     assert {url + e["clip_url"] for e in events} == {r["url"] for r in announced}
     assert api["snapshots"] == [(200, "image/jpeg", True)] * len(events)
     assert api["clips"] == [(200, "video/mp4", True)] * len(events)
+    family = "framewire_output_messages_total"
+    dropped = [
+        f'{family}{{counter="packets_{what}",output="output1.recording"}} 0.0' for what in ("lost", "trimmed")
+    ]
+    assert api["metrics"] == dropped, "no packet was dropped on the way to the clips, and the metrics say so"
     walls = sorted(e["wall"] for e in events)
     for i, wall in enumerate(walls):
         assert api["until"][i] == walls[:i] and api["since"][i] == walls[i:], "exactly those in the range"
@@ -198,6 +203,10 @@ def _ask_the_api(url: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     """What the API serves while the daemon runs: each event's snapshot and clip (status, type,
     whether the body is one), and the events since and until each event's time."""
     answers: dict[str, Any] = {"snapshots": [], "clips": [], "since": [], "until": []}
+    _, body, _ = _get(url + "/metrics")
+    answers["metrics"] = sorted(
+        line for line in body.decode().splitlines() if line.startswith("framewire_output_messages_total")
+    )
     for event in events:
         status, body, headers = _get(url + event["snapshot_url"])
         answers["snapshots"].append((status, headers.get("Content-Type"), body[:3] == b"\xff\xd8\xff"))
