@@ -56,7 +56,8 @@ def add_arguments(
         default="mp4",
         choices=list(CONTAINERS),
         help="the stream's container (%(default)s); mpegts: its H.264 packets with start codes, as an RTSP "
-        "camera's come, which the tap gives NAL lengths for the clips (video only)",
+        "camera's come, which the tap gives NAL lengths for the clips, and AAC as ADTS (an SRT or UDP "
+        "camera's), which loses its headers",
     )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each mode; medians reported")
@@ -90,15 +91,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_stream(path: Path, width: int, height: int, seconds: int, fps: int, bitrate: int) -> Path:
-    """A camera's stream: H.264 at `bitrate`, no B-frames, a key frame a second, AAC mono (not in .ts)."""
+    """A camera's stream: H.264 at `bitrate`, no B-frames, a key frame a second, AAC mono."""
     import numpy as np
 
     with av.open(str(path), mode="w") as container:
         video = container.add_stream("libx264", rate=fps)
         video.width, video.height, video.pix_fmt, video.bit_rate = width, height, "yuv420p", bitrate
         video.options = {"preset": "ultrafast", "g": str(fps), "bf": "0", "sc_threshold": "0"}
-        # No audio in MPEG-TS: its AAC comes as ADTS, which the passthrough does not copy into MP4 yet.
-        audio = container.add_stream("aac", rate=48000, layout="mono") if path.suffix != ".ts" else None
+        audio = container.add_stream("aac", rate=48000, layout="mono")
         base = np.random.default_rng(1).integers(0, 255, (height // 8, width // 8, 3), dtype=np.uint8)
         samples = 0
         for index in range(seconds * fps):
@@ -106,8 +106,6 @@ def make_stream(path: Path, width: int, height: int, seconds: int, fps: int, bit
             frame = av.VideoFrame.from_ndarray(image, format="bgr24")
             frame.pts = index
             container.mux(video.encode(frame))
-            if audio is None:
-                continue
             until = (index + 1) * 48000 // fps
             tone = av.AudioFrame.from_ndarray(
                 np.zeros((1, until - samples), dtype=np.float32), format="fltp", layout="mono"
@@ -116,8 +114,7 @@ def make_stream(path: Path, width: int, height: int, seconds: int, fps: int, bit
             container.mux(audio.encode(tone))
             samples = until
         container.mux(video.encode(None))
-        if audio is not None:
-            container.mux(audio.encode(None))
+        container.mux(audio.encode(None))
     return path
 
 

@@ -29,6 +29,7 @@ import av
 import av.container
 import av.stream
 
+from framewire.media.adts import adts, copy_stream, with_data, without_adts
 from framewire.media.segments import PART, Retention, expire_segments
 from framewire.pipeline import paths
 
@@ -54,6 +55,8 @@ class PacketFile:
         self.frames = 0
         self._container: av.container.OutputContainer | None = None
         self._streams: dict[str, av.stream.Stream] = {}
+        self._adts = {kind_of(t) for t in self.templates if adts(t)}
+        """The kinds whose packets lose their ADTS headers here (the passthrough's; a clip's come without)."""
 
     def open(self) -> None:
         """Create the file; OSError or av.FFmpegError when it cannot be."""
@@ -61,13 +64,15 @@ class PacketFile:
         for template in self.templates:
             kind = kind_of(template)
             if kind not in self._streams:
-                self._streams[kind] = self._container.add_stream_from_template(template)
+                self._streams[kind] = copy_stream(self._container, template)
 
     def write(self, kind: str, packet: av.Packet) -> None:
         """Mux `packet` (its pts and dts already on the file's timeline, in `packet.time_base`)."""
         stream = self._streams.get(kind)
         if self._container is None or stream is None:
             return
+        if kind in self._adts:
+            packet = with_data(packet, without_adts(bytes(packet)))
         packet.stream = stream
         self._container.mux(packet)
         self.packets += 1
@@ -204,7 +209,7 @@ def init_segment(templates: Sequence[av.stream.Stream]) -> bytes:
     with av.open(buffer, mode="w", format="mp4", options={"movflags": "empty_moov"}) as container:
         for template in templates:
             if kind_of(template) in ("video", "audio"):
-                container.add_stream_from_template(template)
+                copy_stream(container, template)
         container.start_encoding()
     return buffer.getvalue()
 

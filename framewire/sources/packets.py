@@ -27,6 +27,7 @@ from typing import Any
 import av
 import av.stream
 
+from framewire.media.adts import adts, without_adts
 from framewire.media.remux import (
     PassthroughRecording,
     annex_b,
@@ -78,6 +79,8 @@ class PacketTap:
         self._step = 1
         self._annex_b = False
         """The connection's video packets have start codes: the clips' get lengths (remux.length_prefixed)."""
+        self._adts = False
+        """Its AAC packets have ADTS headers: the clips' lose them (their init segment has the config)."""
 
     @classmethod
     def build(cls, source_id: str, spec: TapSpec) -> PacketTap:
@@ -97,6 +100,7 @@ class PacketTap:
         """A connection's streams: its timestamps are placed on the source's at its first video packet."""
         self._kinds = {s: kind_of(s) for s in streams}
         self._annex_b = any(annex_b(s) for s in streams)
+        self._adts = any(adts(s) for s in streams)
         self._offset = None
         self._held = []
         self._last_dts = None
@@ -163,7 +167,11 @@ class PacketTap:
         for recording in self.recordings:
             recording.write(kind, packet_of(data, header), time_s, header["key"])
         if self.pushes:
-            wired = length_prefixed(data) if kind == "video" and self._annex_b else data
+            wired = data
+            if kind == "video" and self._annex_b:
+                wired = length_prefixed(data)
+            elif kind == "audio" and self._adts:
+                wired = without_adts(data)
             for push in self.pushes:
                 push.packet(header, wired)
         self.packets += 1
