@@ -8,11 +8,13 @@ frame.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import av
 import av.container
 import av.stream
+
+S = TypeVar("S", bound=av.stream.Stream)
 
 ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
 AAC_OBJECTS = {"Main": 1, "LC": 2, "SSR": 3, "LTP": 4}
@@ -57,10 +59,10 @@ def with_data(packet: av.Packet, data: bytes) -> av.Packet:
     return out
 
 
-def copy_stream(container: av.container.OutputContainer, template: av.stream.Stream) -> av.stream.Stream:
+def copy_stream(container: av.container.OutputContainer, template: S) -> S:
     """A stream of `container` with `template`'s parameters; ADTS AAC gets its AudioSpecificConfig
     (its packets then go `without_adts`)."""
-    stream = container.add_stream_from_template(template)
+    stream = cast(S, container.add_stream_from_template(template))
     if adts(template):
         stream.codec_context.extradata = audio_specific_config(template)
     return stream
