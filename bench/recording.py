@@ -41,6 +41,7 @@ from framewire.sources.packets import PacketTap, TapSpec
 
 MODES = ("demux", "passthrough", "clips", "both", "decode", "encode")
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
+CONTAINERS = {"mp4": ".mp4", "mpegts": ".ts"}
 
 
 def add_arguments(
@@ -50,6 +51,14 @@ def add_arguments(
     parser.add_argument("--seconds", type=int, default=30, help="the stream's length (%(default)s)")
     parser.add_argument("--fps", type=int, default=25, help="its frame rate (%(default)s)")
     parser.add_argument("--bitrate", type=int, default=3_000_000, help="its bit rate (%(default)s)")
+    parser.add_argument(
+        "--container",
+        default="mp4",
+        choices=list(CONTAINERS),
+        help="the stream's container (%(default)s); mpegts: its H.264 packets with start codes, as an RTSP "
+        "camera's come, which the tap gives NAL lengths for the clips, and AAC as ADTS (an SRT or UDP "
+        "camera's), which loses its headers",
+    )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="what to measure")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each mode; medians reported")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
@@ -59,14 +68,15 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds < 2:
         raise UsageError("--seconds: at least 2")
     with tempfile.TemporaryDirectory(prefix="framewire-bench-rec-") as tmp:
-        clip = make_stream(Path(tmp) / "in.mp4", *SIZES[args.size], args.seconds, args.fps, args.bitrate)
+        path = Path(tmp) / ("in" + CONTAINERS[args.container])
+        clip = make_stream(path, *SIZES[args.size], args.seconds, args.fps, args.bitrate)
         runs: dict[str, list[float]] = {m: [] for m in MODES if m in args.modes or m == "demux"}
         for _ in range(max(1, args.repeat)):
             for mode in runs:
                 runs[mode].append(measure(mode, clip, Path(tmp)))
     base = harness.median(runs["demux"]) or 0.0
     result: dict[str, Any] = {
-        "machine": harness.machine(), "size": args.size, "seconds": args.seconds, "fps": args.fps,
+        "machine": harness.machine(), "size": args.size, "container": args.container, "seconds": args.seconds, "fps": args.fps,
         "bitrate": args.bitrate, "runs": runs,
         "cpu_s": {m: harness.median(v) for m, v in runs.items()},
         "core_percent": {
@@ -120,7 +130,7 @@ def measure(mode: str, clip: Path, tmp: Path) -> float:
     receiver, result = _receiver(endpoints[0]) if endpoints else (None, None)
     start = time.process_time()
     with av.open(str(clip)) as container:
-        streams = [container.streams.video[0], container.streams.audio[0]]
+        streams = [container.streams.video[0], *container.streams.audio[:1]]
         if mode == "decode":
             for _ in container.decode(streams[0]):
                 pass

@@ -143,6 +143,7 @@ class EventPage(BaseModel):
     """A page of events, newest first."""
 
     output: str = Field(description="The recording output whose store answered.")
+    outputs: list[str] = Field(description="Every recording output with a history (`?output=` takes each).")
     events: list[Event] = Field(description="The events of the page.")
     next: int | None = Field(description="Pass it as `before` for the next page; null at the end.")
 
@@ -166,6 +167,7 @@ class ClipPage(BaseModel):
     """A page of clips, newest first."""
 
     output: str = Field(description="The recording output whose store answered.")
+    outputs: list[str] = Field(description="Every recording output with a history (`?output=` takes each).")
     clips: list[Clip] = Field(description="The clips of the page.")
     next: int | None = Field(description="Pass it as `before` for the next page; null at the end.")
 

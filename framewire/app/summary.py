@@ -37,8 +37,11 @@ def summarize(report: Report, config: Config | None) -> Summary:
         counts = source_counts(report, source_id)
         sources[source_id] = counts
         done.lines.append(source_line(source_id, counts))
-    for name, c in report.outputs.items():  # the sinks' totals: what reached the broker, what did not
-        done.lines.append(
+    for name, c in report.outputs.items():
+        if "queued" not in c:  # another output's totals (a recording's packets lost): as they are
+            done.lines.append(f"{name}: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in c.items()))
+            continue
+        done.lines.append(  # the sinks' totals: what reached the broker, what did not
             f"{name}: {c.get('delivered', 0)} delivered of {c.get('queued', 0)} queued, "
             f"{c.get('dropped', 0)} dropped, {c.get('failed', 0)} failed, "
             f"{c.get('reconnects', 0)} reconnect(s)"

@@ -55,6 +55,11 @@ class PacketRing:
         self.templates: Any = None
         """What a clip's streams are made from: a `Templates`, or an encoder's (media.annotated)."""
         self.streams_seen = 0
+        self.lost = 0
+        """Packets the decode worker numbered but that never came (dropped on the way: wire.packets)."""
+        self.trimmed = 0
+        """Packets dropped from the ring younger than `seconds`, because it held `max_bytes`."""
+        self._next: int | None = None
 
     def streams(self, init: bytes) -> None:
         """A new connection's streams: the packets after this are of them."""
@@ -68,6 +73,11 @@ class PacketRing:
             old.close()
 
     def add(self, header: dict[str, Any], data: bytes) -> RingPacket | None:
+        number = header.get("n")
+        if isinstance(number, int):
+            if self._next is not None and number > self._next:
+                self.lost += number - self._next
+            self._next = number + 1
         kind = str(header.get("kind"))
         stamp = header.get("dts") if header.get("dts") is not None else header.get("pts")
         if self.templates is None or stamp is None:
@@ -89,10 +99,12 @@ class PacketRing:
             following = next((p for i, p in enumerate(self.packets) if i and p.key), None)
             if following is None:
                 return
-            if following.time_s > newest - self.seconds and self.bytes <= self.max_bytes:
+            young = following.time_s > newest - self.seconds
+            if young and self.bytes <= self.max_bytes:
                 return
             while self.packets[0] is not following:
                 self.bytes -= len(self.packets.popleft().data)
+                self.trimmed += young
 
     def start_at(self, time_s: float) -> RingPacket | None:
         """The key frame at or before `time_s` (the oldest one when the ring does not reach back so far)."""

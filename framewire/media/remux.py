@@ -18,6 +18,7 @@ import glob
 import io
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import av
 import av.container
 import av.stream
 
+from framewire.media.adts import adts, copy_stream, with_data, without_adts
 from framewire.media.segments import PART, Retention, expire_segments
 from framewire.pipeline import paths
 
@@ -53,6 +55,8 @@ class PacketFile:
         self.frames = 0
         self._container: av.container.OutputContainer | None = None
         self._streams: dict[str, av.stream.Stream] = {}
+        self._adts = {kind_of(t) for t in self.templates if adts(t)}
+        """The kinds whose packets lose their ADTS headers here (the passthrough's; a clip's come without)."""
 
     def open(self) -> None:
         """Create the file; OSError or av.FFmpegError when it cannot be."""
@@ -60,13 +64,15 @@ class PacketFile:
         for template in self.templates:
             kind = kind_of(template)
             if kind not in self._streams:
-                self._streams[kind] = self._container.add_stream_from_template(template)
+                self._streams[kind] = copy_stream(self._container, template)
 
     def write(self, kind: str, packet: av.Packet) -> None:
         """Mux `packet` (its pts and dts already on the file's timeline, in `packet.time_base`)."""
         stream = self._streams.get(kind)
         if self._container is None or stream is None:
             return
+        if kind in self._adts:
+            packet = with_data(packet, without_adts(bytes(packet)))
         packet.stream = stream
         self._container.mux(packet)
         self.packets += 1
@@ -173,14 +179,37 @@ class PassthroughRecording:
         return expire_segments(self.template, self.source_id, self.retention, newest, "recording")
 
 
+START = re.compile(b"\x00\x00\x01")
+LENGTH_PREFIXED = ("h264", "hevc")
+"""The codecs whose MP4 samples are NAL units with 4-byte lengths (ISO 14496-15)."""
+
+
+def annex_b(stream: av.stream.Stream) -> bool:
+    """Whether `stream`'s packets are H.264/HEVC NAL units after start codes (RTSP, MPEG-TS, raw
+    .h264) rather than with lengths (MP4, Matroska): its extradata is not an avcC/hvcC record."""
+    if kind_of(stream) != "video" or stream.codec_context.name not in LENGTH_PREFIXED:
+        return False
+    extradata = stream.codec_context.extradata or b""
+    return extradata[:1] != b"\x01"
+
+
+def length_prefixed(data: bytes) -> bytes:
+    """An Annex B packet's NAL units, each after its 4-byte length: what an MP4 sample holds when
+    its stream's parameters are an avcC/hvcC record, as `init_segment` writes them. The muxer does
+    this itself only for a stream whose own extradata is Annex B (the passthrough's)."""
+    units = [unit.rstrip(b"\x00") for unit in START.split(data)]
+    return b"".join(len(unit).to_bytes(4, "big") + unit for unit in units if unit)
+
+
 def init_segment(templates: Sequence[av.stream.Stream]) -> bytes:
     """The streams of `templates` (video and audio) as an MP4 init segment: how a process that never
-    opened the source learns its codec parameters (pipeline.wire.packets)."""
+    opened the source learns its codec parameters (pipeline.wire.packets). H.264/HEVC parameters are
+    written as an avcC/hvcC record, so Annex B packets go with it `length_prefixed`."""
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format="mp4", options={"movflags": "empty_moov"}) as container:
         for template in templates:
             if kind_of(template) in ("video", "audio"):
-                container.add_stream_from_template(template)
+                copy_stream(container, template)
         container.start_encoding()
     return buffer.getvalue()
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from framewire.media import yuv
+from framewire.media.adts import adts, copy_stream, with_data, without_adts
 from framewire.media.fragments import FragmentAppender, scan
 from framewire.media.video_reader import StreamInfo
 from framewire.pipeline.errors import FramewireError
@@ -333,7 +334,7 @@ class _AudioCopy:
         name = stream.codec_context.codec.canonical_name
         if name in MP4_AUDIO_CODECS:
             try:
-                return cls(source, stream, output, output.add_stream_from_template(stream), f"copy {name}")
+                return cls(source, stream, output, copy_stream(output, stream), f"copy {name}")
             except ValueError:
                 log.info("video_file output %s: MP4 refuses %s audio as is; encoding AAC", out_path, name)
         ctx = stream.codec_context
@@ -383,6 +384,8 @@ class _AudioCopy:
 
     def _copy(self, packet: av.Packet) -> None:
         if self.mode.startswith("copy"):
+            if adts(self.stream):  # MPEG-TS's AAC: MP4 takes it without the headers
+                packet = with_data(packet, without_adts(bytes(packet)))
             packet.stream = self.out_stream
             self.output.mux(packet)
             return

@@ -27,7 +27,17 @@ from typing import Any
 import av
 import av.stream
 
-from framewire.media.remux import PassthroughRecording, header_of, init_segment, kind_of, packet_of, shifted
+from framewire.media.adts import adts, without_adts
+from framewire.media.remux import (
+    PassthroughRecording,
+    annex_b,
+    header_of,
+    init_segment,
+    kind_of,
+    length_prefixed,
+    packet_of,
+    shifted,
+)
 from framewire.media.segments import Retention
 from framewire.pipeline.frame import FrameSource
 from framewire.pipeline.plan import SourcePlan
@@ -64,9 +74,13 @@ class PacketTap:
         self._end: Fraction | None = None
         """The end of the last video packet on the source's timeline (seconds)."""
         self._lost_at: float | None = None
-        self._held: tuple[dict[str, Any], bytes] | None = None
+        self._held: list[tuple[dict[str, Any], bytes]] = []
         self._last_dts: int | None = None
         self._step = 1
+        self._annex_b = False
+        """The connection's video packets have start codes: the clips' get lengths (remux.length_prefixed)."""
+        self._adts = False
+        """Its AAC packets have ADTS headers: the clips' lose them (their init segment has the config)."""
 
     @classmethod
     def build(cls, source_id: str, spec: TapSpec) -> PacketTap:
@@ -85,8 +99,10 @@ class PacketTap:
     def begin(self, streams: Sequence[av.stream.Stream]) -> None:
         """A connection's streams: its timestamps are placed on the source's at its first video packet."""
         self._kinds = {s: kind_of(s) for s in streams}
+        self._annex_b = any(annex_b(s) for s in streams)
+        self._adts = any(adts(s) for s in streams)
         self._offset = None
-        self._held = None
+        self._held = []
         self._last_dts = None
         video = next((s for s in streams if kind_of(s) == "video"), None)
         rate = (video.average_rate or video.guessed_rate or 25) if video is not None else 25
@@ -104,21 +120,37 @@ class PacketTap:
             return
         header, data = header_of(kind, packet), bytes(packet)  # the demuxer's packet stays the reader's
         if kind == "video" and header["dts"] is None:
-            # An RTSP camera's first packets come before its clock is known: the pts they lack is
-            # the next one's less a frame (or the last one's plus a frame).
+            # An RTSP camera's first packets come before its clock is known, and with B-frames
+            # FFmpeg gives the next few a pts but no dts: they wait for the first dts (_release).
             if self._last_dts is None:
-                self._held = (header, data)
+                self._held.append((header, data))
                 return
-            header["pts"] = header["dts"] = self._last_dts + self._step
+            header["dts"] = self._last_dts + self._step
+            if header["pts"] is None:
+                header["pts"] = header["dts"]
         if kind == "video":
-            if self._held is not None:
-                held, self._held = self._held, None
-                held[0]["pts"] = held[0]["dts"] = header["dts"] - self._step
-                self._timed(kind, *held)
+            if self._held:
+                self._release(header)
             self._last_dts = header["dts"]
         if header["dts"] is None or header["pts"] is None:
             return  # an audio packet FFmpeg gives no time: nothing could place it
         self._timed(kind, header, data)
+
+    def _release(self, first: dict[str, Any]) -> None:
+        """The packets held before `first`, the first with a dts: theirs are its less a frame each, in
+        decode order; a missing pts is its dts, moved past them to the earliest pts known less a frame
+        (the key frame of a stream with B-frames shows first, before the pictures decoded after it)."""
+        held, self._held = self._held, []
+        for back, (header, _) in enumerate(reversed(held), start=1):
+            header["dts"] = first["dts"] - back * self._step
+        known = [p for p in (*(h["pts"] for h, _ in held), first["pts"]) if p is not None] or [first["dts"]]
+        timeless = [h for h, _ in held if h["pts"] is None]
+        if timeless:
+            delay = max(0, min(known) - self._step - timeless[-1]["dts"])
+            for header in timeless:
+                header["pts"] = header["dts"] + delay
+        for header, data in held:
+            self._timed("video", header, data)
 
     def _timed(self, kind: str, header: dict[str, Any], data: bytes) -> None:
         """A packet with its times, on the source's timeline, to the recordings and the clips."""
@@ -134,8 +166,14 @@ class PacketTap:
         time_s = header["pts"] * num / den
         for recording in self.recordings:
             recording.write(kind, packet_of(data, header), time_s, header["key"])
-        for push in self.pushes:
-            push.packet(header, data)
+        if self.pushes:
+            wired = data
+            if kind == "video" and self._annex_b:
+                wired = length_prefixed(data)
+            elif kind == "audio" and self._adts:
+                wired = without_adts(data)
+            for push in self.pushes:
+                push.packet(header, wired)
         self.packets += 1
 
     def _place(self, header: dict[str, Any]) -> Fraction:

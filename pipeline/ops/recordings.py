@@ -11,7 +11,7 @@
 
 `since` and `until` are epoch seconds (since inclusive, until exclusive); `place` is a line's or a
 zone's name (`line=` and `zone=` say the same). `output` names a recording output by its stage name
-(`output2.recording`); without it, the job's first. The lists follow the control API's token rule;
+(`output2.recording`); without it, the job's first. Each page lists them all in `outputs`. The lists follow the control API's token rule;
 the files take the token as the hls files do (the header, `?token=` or the cookie), since <video>
 and <img> cannot send a header. Only files the store lists are served.
 """
@@ -74,14 +74,18 @@ class Recordings:
         for item in items:
             item["clip_url"] = clip_url(store.name, item["clip_id"]) if item.get("clip_id") else None
             item["snapshot_url"] = snapshot_url(store.name, item["id"]) if item.get("snapshot") else None
-        return {"output": store.name, "events": items, "next": cursor}
+        return {"output": store.name, "outputs": self.names(), "events": items, "next": cursor}
 
     def clips(self, query: str) -> dict[str, Any]:
         store, filters = self._asked(query, ("source", "state"))
         items, cursor = store.clips(filters)
         for item in items:
             item["url"] = clip_url(store.name, item["id"])
-        return {"output": store.name, "clips": items, "next": cursor}
+        return {"output": store.name, "outputs": self.names(), "clips": items, "next": cursor}
+
+    def names(self) -> list[str]:
+        """The stage names of the job's recording outputs with a history, in the config's order."""
+        return [store.name for store in self.stores]
 
     def clip(self, clip_id: str, query: str) -> Found:
         store = self._store(_values(query).get("output"))

@@ -10,7 +10,9 @@ drops packets rather than wait (never a frame), and counts them.
 Messages (multipart): `[b"streams", source, init]`: a connection's streams, as the init segment of
 an MP4 file (its codec parameters; the next packets are of these streams); `[b"packet", source,
 header, data]`: one packet, its header a msgpack map (`kind` video or audio, `pts`, `dts`,
-`duration`, `tb`: [num, den], `key`). Bytes only: the runtime knows no codec.
+`duration`, `tb`: [num, den], `key`, and `n`: the packet's number among those this decode worker
+offered this output for the source, so the output counts the ones dropped on the way from the gaps).
+Bytes only: the runtime knows no codec.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class PacketPush:
         self.source = source_id.encode()
         self.hwm = hwm
         self.dropped = 0
+        self.offered = 0
+        """Packets offered so far (sent or dropped): the next one's `n`."""
         self._context: zmq.Context[Any] | None = None
         self._socket: zmq.Socket[Any] | None = None
 
@@ -65,7 +69,9 @@ class PacketPush:
         self._send([STREAMS, self.source, init])
 
     def packet(self, header: dict[str, Any], data: bytes) -> None:
-        self._send([PACKET, self.source, msgpack.packb(header), data])
+        numbered = {**header, "n": self.offered}
+        self.offered += 1
+        self._send([PACKET, self.source, msgpack.packb(numbered), data])
 
     def _send(self, parts: list[bytes]) -> None:
         try:

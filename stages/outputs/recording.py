@@ -170,6 +170,16 @@ class RecordingSink(Stage):
         for source in touched:
             self._closed(self.cutters[source].packets_arrived())
 
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The packets the clips missed, over the sources (the metrics' framewire_output_messages_total):
+        `packets_lost` dropped on the way from the decode workers (this output fell behind by
+        wire.packets.HWM), `packets_trimmed` dropped from a ring before `ring_s` for `ring_bytes`."""
+        if self.config.clips is None:
+            return {}
+        rings = [cutter.ring for cutter in self.cutters.values()]
+        lost, trimmed = sum(r.lost for r in rings), sum(r.trimmed for r in rings)
+        return {self.ctx.stage: {"packets_lost": lost, "packets_trimmed": trimmed}}
+
     def _wall(self, source: str, time_s: float) -> float:
         at, wall = self._clock.get(source, (time_s, time.time()))
         return wall + (time_s - at)

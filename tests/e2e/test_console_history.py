@@ -94,8 +94,9 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(
     client, heard, done = Client(endpoint, mode="pull"), [], threading.Event()
     listener = threading.Thread(target=_listen, args=(client, heard, done), daemon=True)
     listener.start()
+    second = f"{{kind: recording, folder: '{tmp_path}/rec2', clips: {{events: [{{event: track_started}}]}}}}"
     outputs = f"[{{kind: jsonl, path: '{tmp_path}/{{source_id}}.jsonl'}}, {recording}, " \
-              f"{{kind: zmq, endpoint: '{endpoint}', mode: push}}]"
+              f"{{kind: zmq, endpoint: '{endpoint}', mode: push}}, {second}]"
     proc = start_cli(
         "run", "--no-progress", "--set", f"sources=[{{id: door, uri: '{VIDEOS / 'carphone_pristine.mp4'}'}}]",
         "--set", f"outputs={outputs}",
@@ -108,12 +109,17 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(
         assert len(events) >= 2
         assert all(e["event"] == "crossed" and e["snapshot_url"] and e["clip_url"] for e in events)
         # The clips' announcements carry their URL, which serves the clip (a <video> asks for ranges).
-        announced = [r for r in read_jsonl(tmp_path / "door.jsonl") if r.get("event") == "clip"]
+        clips_of = [r for r in read_jsonl(tmp_path / "door.jsonl") if r.get("event") == "clip"]
+        announced = [r for r in clips_of if r["output"] == "output1.recording"]
+        started = _json(url + "/events?limit=500&output=output3.recording")
+        assert started["outputs"] == ["output1.recording", "output3.recording"]
+        assert started["events"] and all(e["event"] == "track_started" for e in started["events"])
         assert announced
         assert all(r["url"] == f"{url}/clips/{r['id']}?output=output1.recording" for r in announced)
-        _until(lambda: len(heard) == len(announced), proc, timeout=30)  # on the zmq output too
-        assert sorted(m.url or "" for m in heard) == sorted(r["url"] for r in announced)
-        assert sorted(m.path for m in heard) == sorted(r["path"] for r in announced)
+        first = lambda: [m for m in heard if (m.url or "").endswith("output=output1.recording")]
+        _until(lambda: len(first()) == len(announced), proc, timeout=30)  # on the zmq output too
+        assert sorted(m.url or "" for m in first()) == sorted(r["url"] for r in announced)
+        assert sorted(m.path for m in first()) == sorted(r["path"] for r in announced)
         status, body, headers = _get(announced[0]["url"], {"Range": "bytes=0-99"})
         assert (status, len(body), headers["Content-Type"]) == (206, 100, "video/mp4")
 
@@ -152,6 +158,14 @@ def test_the_events_page_shows_the_crossings_with_snapshots_and_plays_a_clip(
                                "{clip: v.dataset.clip, error: v.error, duration: v.duration}; }")  # fmt: skip
         assert played["error"] is None and played["duration"] > 0.5
         assert int(played["clip"]) == events[0]["clip_id"]
+
+        # The second recording output: chosen beside the filters, its own events listed.
+        page.fill("#f-place", "")  # a track start is on no line
+        with page.expect_response(lambda r: "output=output3.recording" in r.url):
+            page.select_option("#f-output", "output3.recording")
+        page.wait_for_function(f"() => document.querySelectorAll('#events tbody tr').length === {len(started['events'])}")
+        shown = rows.evaluate_all("rows => rows.map(r => r.children[3].textContent)")
+        assert shown == ["track_started"] * len(started["events"])
         page.close()
         refused = "error: Failed to load resource: the server responded with a status of 401 (Unauthorized)"
         assert problems == [refused]  # the first question, before the page had the token

@@ -239,3 +239,34 @@ def _wait_for(condition: Any, proc: Any, timeout_s: float = 90) -> None:
             pass
         assert time.monotonic() < deadline and proc.poll() is None, "the daemon did not get there"
         time.sleep(0.2)
+
+
+def test_retention_prunes_the_oldest_clips_first_and_never_the_one_being_written(tmp_path: Path) -> None:
+    """The street clip's track starts (NanoDet and ByteTrack, as configs/showcase.yaml) cut into clips
+    of at most 2 s, with room for about two: as each closes, the oldest go, never one not yet closed."""
+    folder = tmp_path / "rec"
+    limit = 250_000
+    recording = (
+        f"{{kind: recording, folder: '{folder}', retention: {{bytes: {limit}}}, "
+        "clips: {pre_s: 0.5, post_s: 0.5, max_s: 2, events: [{event: track_started}]}}"
+    )
+    proc = start_cli(
+        "run", "-c", "configs/showcase.yaml", "--no-progress", "--set", "composite=[]",
+        "--set", f"outputs=[{{kind: jsonl, path: '{tmp_path}/{{source_id}}.jsonl'}}, {recording}]",
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    announced = [r for r in read_jsonl(tmp_path / "bikes.jsonl") if r.get("event") == "clip"]
+    assert len(announced) >= 4, "the clip is worth testing"
+    closed: list[str] = []
+    deleted: list[str] = []
+    for clip in announced:
+        closed.append(clip["path"])
+        assert all(path in closed for path in clip["deleted"]), "only clips already closed are pruned"
+        deleted += clip["deleted"]
+    assert deleted == closed[: len(deleted)], "the oldest first"
+    kept = [p for p in closed if p not in deleted]
+    assert kept == closed[len(deleted) :] and all(os.path.exists(p) for p in kept)
+    assert not any(os.path.exists(p) for p in deleted)
+    assert sum(os.path.getsize(p) for p in kept) <= limit
+    assert deleted, "retention had something to do"

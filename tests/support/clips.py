@@ -229,3 +229,36 @@ def _pictures(path: str | os.PathLike[str], width: int, height: int, limit: int)
                 break
     return out
 
+
+
+def splice_gops(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], pieces: list[tuple[float, float]]
+) -> Path:
+    """`src`'s own video packets, copied (no re-encoding), as the pieces given one after the other:
+    each `(from_s, to_s)` is every packet from the key frame at `from_s` (in decode order) up to the
+    next key frame at or after `to_s` (or the end), moved in time to follow the piece before."""
+    with av.open(str(src)) as container:
+        stream = container.streams.video[0]
+        assert stream.time_base is not None
+        tb = stream.time_base
+        packets = [p for p in container.demux(stream) if p.size]
+        step = round(1 / (float(stream.average_rate or 25) * tb))
+        with av.open(str(dst), mode="w", format=_CONTAINERS[Path(dst).suffix]) as out:
+            copy = out.add_stream_from_template(stream)
+            offset = 0
+            for from_s, to_s in pieces:
+                keys = [i for i, p in enumerate(packets) if p.is_keyframe]
+                first = next(i for i in keys if abs(float(packets[i].pts * tb) - from_s) < 1e-3)
+                last = next((i for i in keys if float(packets[i].pts * tb) >= to_s - 1e-3), len(packets))
+                piece = packets[first:last]
+                base = min(p.pts for p in piece)
+                for packet in piece:
+                    moved = av.Packet(bytes(packet))
+                    moved.pts = packet.pts - base + offset
+                    moved.dts = packet.dts - base + offset
+                    moved.is_keyframe = packet.is_keyframe
+                    moved.time_base = tb
+                    moved.stream = copy
+                    out.mux(moved)
+                offset += max(p.pts for p in piece) - base + step
+    return Path(dst)

@@ -122,6 +122,35 @@ def chromium() -> Path:
     return Path("/usr/lib/chromium/chromium")
 
 
+GST_RTSP_PACKAGES = [
+    *("gir1.2-gst-rtsp-server-1.0", "libgstrtspserver-1.0-0", "gir1.2-gstreamer-1.0", "gir1.2-gst-plugins-base-1.0"),
+    *("libgstreamer1.0-0", "libgstreamer-plugins-base1.0-0", "gstreamer1.0-plugins-base"),
+    *("gstreamer1.0-plugins-good", "gstreamer1.0-plugins-bad", "libgstreamer-plugins-bad1.0-0", "liborc-0.4-0"),
+    *("python3-gi", "gir1.2-glib-2.0", "libgirepository-1.0-1"),
+]
+"""GStreamer's RTSP server and what its pipeline needs: qtdemux, rtph264pay (good), h264parse (bad)."""
+
+
+def gst_rtsp() -> tuple[Path, dict[str, str]]:
+    """GStreamer's RTSP server (Debian's, unpacked) and its GObject bindings: Debian's python3, which
+    those bindings are built for, and the environment that points it at the unpacked folder
+    (tests/support/gst_rtsp_server.py runs in it)."""
+    python = Path("/usr/bin/python3")
+    if not python.exists():
+        raise ComponentMissing("gst-rtsp: needs Debian's /usr/bin/python3 (python3-gi is built for it)")
+    folder = debian("gst-rtsp", GST_RTSP_PACKAGES)
+    lib = folder / LIB_DIR
+    env = library_env(folder, {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))})
+    env.update(
+        PYTHONPATH=str(folder / "usr/lib/python3/dist-packages"),
+        GI_TYPELIB_PATH=str(lib / "girepository-1.0"),
+        GST_PLUGIN_SYSTEM_PATH=str(lib / "gstreamer-1.0"),
+        GST_PLUGIN_SCANNER=str(lib / "gstreamer1.0/gstreamer-1.0/gst-plugin-scanner"),
+        GST_REGISTRY=str(folder / "registry.bin"),
+    )
+    return python, env
+
+
 TRITON_PACKAGES = ["nvidia-pytriton==0.7.0", "tritonclient[grpc]==2.73.0", "numpy<2", "onnxruntime"]
 """The test Triton's own venv: pytriton ships tritonserver 2.51 with its Python backend; with numpy 2
 that server returns empty output arrays (docs/guides/triton.md)."""
@@ -178,6 +207,7 @@ def perf() -> Path:
 SETUP: dict[str, Callable[[], object]] = {
     "mosquitto": mosquitto,
     "chromium": chromium,
+    "gst-rtsp": gst_rtsp,
     "redis": redis,
     "tansu": tansu,
     "triton-venv": triton_venv,

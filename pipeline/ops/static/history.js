@@ -1,6 +1,7 @@
 // framewire's events page: the recording outputs' history from GET /events (filtered by source,
 // label, line or zone and time; paged with `before`), each event's snapshot, and its clip played
-// in a <video> from GET /clips/<id> (Range requests, so it seeks). The token is the console's
+// in a <video> from GET /clips/<id> (Range requests, so it seeks). A job with several recording
+// outputs gets a choice of them (each page lists them in `outputs`; `?output=` picks one). The token is the console's
 // (sessionStorage); <img> and <video> cannot send a header, so their URLs carry it as ?token=.
 "use strict";
 
@@ -38,6 +39,8 @@ function epoch(id) {
 
 function filters() {
   const query = new URLSearchParams();
+  const output = document.getElementById("f-output").value;
+  if (output) query.set("output", output);
   for (const [key, id] of [["source", "f-source"], ["label", "f-label"], ["place", "f-place"]]) {
     const value = document.getElementById(id).value.trim();
     if (value) query.set(key, value);
@@ -92,6 +95,7 @@ async function load(more) {
   document.getElementById("token-form").hidden = true;
   document.getElementById("history").hidden = false;
   if (!more) body.replaceChildren();
+  outputs(page.outputs || [page.output], page.output);
   for (const event of page.events) body.append(row(event));
   next = page.next;
   document.getElementById("more").hidden = next === null;
@@ -100,6 +104,18 @@ async function load(more) {
   document.getElementById("status").textContent = shown + " event" + (shown === 1 ? "" : "s") + " (" + page.output + ")";
 }
 
+function outputs(names, current) {
+  // The recording outputs to choose from: shown only when there is more than one.
+  const select = document.getElementById("f-output");
+  const have = [...select.options].map((o) => o.value);
+  if (have.join("\n") !== names.join("\n")) {
+    select.replaceChildren(...names.map((name) => el("option", { value: name }, name)));
+  }
+  select.value = current;
+  select.hidden = names.length < 2;
+}
+
+document.getElementById("f-output").addEventListener("change", () => load(false));
 document.getElementById("filters").addEventListener("submit", (event) => { event.preventDefault(); load(false); });
 document.getElementById("more").addEventListener("click", () => load(true));
 document.getElementById("token-form").addEventListener("submit", (event) => {

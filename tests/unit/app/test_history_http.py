@@ -175,7 +175,8 @@ def test_a_question_it_cannot_answer_gets_one_line(
 
 def test_a_store_not_made_yet_answers_empty_pages(served: tuple[str, list[int], int]) -> None:
     page = listing(f"{served[0]}/events?output=output2.recording")
-    assert page == {"output": "output2.recording", "events": [], "next": None}
+    assert page == {"output": "output2.recording", "events": [], "next": None,
+                    "outputs": ["output1.recording", "output2.recording"]}  # every one reachable
 
 
 def test_a_job_without_a_history_says_so(tmp_path: Path) -> None:

@@ -62,3 +62,14 @@ def test_a_long_list_of_outputs_is_cut_short() -> None:
     sources = {f"cam{i}": 10 for i in range(5)}
     done = summarize(Report(frames=sources, active_s=dict.fromkeys(sources, 1.0), elapsed_s=2.0), config)
     assert done.job.endswith("out/cam0.jsonl, out/cam1.jsonl, out/cam2.jsonl (and 3 more)")
+
+
+def test_an_output_that_is_no_sink_has_its_totals_as_they_are() -> None:
+    outputs = {
+        "output1.recording": {"packets_lost": 2, "packets_trimmed": 0},
+        "output2.mqtt": {"queued": 3, "delivered": 3},
+    }
+    report = Report(frames={"cam": 10}, elapsed_s=1.0, outputs=outputs)
+    lines = summarize(report, None).lines
+    assert "output1.recording: 2 packets lost, 0 packets trimmed" in lines
+    assert "output2.mqtt: 3 delivered of 3 queued, 0 dropped, 0 failed, 0 reconnect(s)" in lines

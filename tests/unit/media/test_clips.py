@@ -123,3 +123,17 @@ def test_an_annotated_clip_is_cut_from_the_composited_frames_encoded_as_they_com
     times = clips.video_times(closed[0].path)
     assert 1.0 <= times[0] <= 2.0 and 4.0 - 0.04 <= times[-1] <= 4.0 + 0.04
     assert clips.count_frames(closed[0].path) == len(times) == closed[0].frames
+
+
+def test_the_ring_counts_the_packets_lost_on_the_way_and_those_its_bytes_cut_short(tmp_path: Path) -> None:
+    src = make_gop_clip(tmp_path / "src.mp4", frames=100, audio=False)
+    ring = PacketRing(10.0, 64 << 20)
+    feed = Feed(src, ring)
+    for number, packet in enumerate(feed.packets[:50]):
+        if number not in (7, 8, 30):  # three the decode worker numbered were dropped on the way
+            ring.add({**header_of("video", packet), "n": number}, bytes(packet))
+    assert (ring.lost, ring.trimmed) == (3, 0)
+    small = PacketRing(10.0, 1)  # 1 byte: every key-frame interval but the newest goes, well inside 10 s
+    Feed(src, small).until(4.0)
+    assert small.trimmed > 0 and small.packets[0].key
+    assert small.trimmed == small.count - len(small.packets)

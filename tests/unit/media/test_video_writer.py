@@ -298,3 +298,15 @@ def test_a_height_pyav_cannot_wrap_is_copied(tmp_path: Path) -> None:
         decoded = [f.to_ndarray(format="bgr24") for f in container.decode(video=0)]
     assert [d.shape for d in decoded] == [(142, 176, 3)] * 3
     assert np.abs(decoded[2].astype(np.int16) - images[2]).mean() < 5
+
+
+def test_the_aac_of_an_mpeg_ts_source_is_copied_without_its_adts_headers(tmp_path: Path) -> None:
+    """An SRT, UDP or HLS camera's AAC comes as ADTS, which MP4 refuses (the output failed at its
+    first audio packet): it is copied with the AudioSpecificConfig instead, not re-encoded."""
+    from tests.unit.sources.test_packets import ts_copy
+
+    source = ts_copy(tmp_path / "cam.ts")
+    out = tmp_path / "out" / "cam.mp4"
+    _, pts = round_trip(source, out, preset="ultrafast")
+    assert len(pts) == clips.count_frames(out) == 132  # an MPEG-TS file says no frame count
+    assert_same_audio(VIDEOS / "bigbuckbunny.mp4", out, "aac")

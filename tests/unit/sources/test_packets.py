@@ -12,13 +12,16 @@ from pathlib import Path
 import av
 import pytest
 
-from framewire.media.remux import PassthroughRecording, Templates, init_segment
+from framewire.media.adts import adts, audio_specific_config, without_adts
+from framewire.media.remux import PassthroughRecording, Templates, annex_b, init_segment, length_prefixed
 from framewire.media.segments import Retention
 from framewire.sources.file import FileSource
 from framewire.sources.packets import PacketTap, TapSpec, tapped
 from tests.support import clips
 
 pytestmark = pytest.mark.timeout(120)
+
+VIDEOS = Path(__file__).resolve().parents[3] / "assets" / "videos"
 
 
 def read_all(source: object) -> int:
@@ -163,3 +166,104 @@ def test_the_init_segment_carries_the_codec_to_another_process(tmp_path: Path) -
     assert bytes(templates.streams[0].codec_context.extradata or b"") == extradata
     templates.close()
     assert os.path.getsize(src) > len(init)
+
+
+def test_an_rtsp_camera_with_b_frames_is_recorded_from_its_first_key_frame(tmp_path: Path) -> None:
+    """FFmpeg's RTSP demuxer gives the first packet no time and, with B-frames, the next ones a pts
+    but no dts until it has seen as many as the stream reorders (two on bikes.mp4, as seen with
+    GStreamer's RTSP server): none of them is lost, and each picture keeps its time in the file."""
+    src = tmp_path / "street.mp4"
+    clips.splice_gops(VIDEOS / "bikes.mp4", src, [(0.0, 3.0)])  # two groups of pictures, with B-frames
+    recording = PassthroughRecording(str(tmp_path / "{index}.mp4"), "cam", segment_s=60)
+    tap = PacketTap("cam", [recording], [])
+    connection = FakeConnection(src)
+    tap.begin(connection.streams)
+    for index, packet in enumerate(connection.packets()):
+        if index < 3:
+            packet.dts = None
+        if index == 0:
+            packet.pts = None
+        tap.packet(packet)
+    tap.end()
+    assert [(h, k) for h, _, k in packets_of(tmp_path / "0.mp4")] == [(h, k) for h, _, k in packets_of(src)]
+    assert clips.video_times(tmp_path / "0.mp4") == clips.video_times(src)
+
+
+def test_annex_b_packets_get_the_lengths_an_mp4_sample_holds(tmp_path: Path) -> None:
+    """An RTSP camera's packets have start codes; a clip's MP4 (its parameters an avcC record, from
+    the init segment) needs each NAL unit after its length, or its samples are neither decodable by a
+    strict player nor marked as key frames."""
+    with av.open(str(VIDEOS / "bikes.mp4")) as container:
+        stream = container.streams.video[0]
+        assert not annex_b(stream)
+        samples = [bytes(p) for p in container.demux(stream) if p.size][:30]
+    for sample in samples:
+        units, at = [], 0
+        while at < len(sample):
+            size = int.from_bytes(sample[at : at + 4], "big")
+            units.append(sample[at + 4 : at + 4 + size])
+            at += 4 + size
+        as_sent = b"".join(b"\x00\x00\x00\x01" + unit for unit in units)
+        assert length_prefixed(as_sent) == sample
+        assert length_prefixed(b"\x00\x00\x01" + units[0]) == sample[: 4 + len(units[0])]
+
+
+def ts_copy(path: Path) -> Path:
+    """bigbuckbunny.mp4's own packets in MPEG-TS (as an SRT or UDP camera sends): AAC with ADTS."""
+    with av.open(str(VIDEOS / "bigbuckbunny.mp4")) as src, av.open(str(path), mode="w") as out:
+        copies = {
+            s.index: out.add_stream_from_template(s) for s in (src.streams.video[0], src.streams.audio[0])
+        }
+        for packet in src.demux():
+            if packet.size:
+                packet.stream = copies[packet.stream.index]
+                out.mux(packet)
+    return path
+
+
+def audio_samples(path: Path) -> int:
+    with av.open(str(path)) as container:
+        return sum(frame.samples for frame in container.decode(audio=0))
+
+
+def test_an_mpeg_ts_source_with_aac_is_recorded_with_its_sound(tmp_path: Path) -> None:
+    """MP4 takes no ADTS: the recording gets the AudioSpecificConfig the ADTS headers say, and the
+    packets without them (the source failed at its first frame before)."""
+    src = ts_copy(tmp_path / "cam.ts")
+    with av.open(str(src)) as container:
+        stream = container.streams.audio[0]
+        first = next(bytes(p) for p in container.demux(stream) if p.size)
+        assert adts(stream)
+        said = (
+            ((first[2] >> 6) + 1) << 11
+            | ((first[2] >> 2) & 15) << 7
+            | ((first[2] & 1) << 2 | first[3] >> 6) << 3
+        )
+        assert audio_specific_config(stream) == said.to_bytes(2, "big")
+        templates = Templates(init_segment([container.streams.video[0], stream]))
+        assert templates.streams[1].codec_context.extradata == said.to_bytes(2, "big"), "the clips' too"
+        templates.close()
+    spec = TapSpec(passthrough=((str(tmp_path / "rec" / "{source_id}-{index}.mp4"), 60.0, Retention()),))
+    assert read_all(tapped(lambda: FileSource("cam", str(src)), "cam", spec)) == 132
+    recorded = tmp_path / "rec" / "cam-0.mp4"
+    assert clips.count_frames(recorded) == 132 and clips.video_times(recorded) == clips.video_times(src)
+    sound = after_the_first_picture(src)  # a segment starts at a key frame: the sound before it is not kept
+    assert raw_audio(recorded) == [without_adts(d) for d in sound] and len(sound) > 100
+    assert audio_samples(recorded) == 1024 * len(sound), "every AAC frame decodes"
+    assert without_adts(sound[0]) == raw_audio(VIDEOS / "bigbuckbunny.mp4")[len(raw_audio(src)) - len(sound)]
+
+
+def raw_audio(path: Path) -> list[bytes]:
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(audio=0) if p.size]
+
+
+def after_the_first_picture(path: Path) -> list[bytes]:
+    """The audio packets demuxed after the first video packet, as they are (ADTS)."""
+    seen, out = False, []
+    with av.open(str(path)) as container:
+        for packet in container.demux():
+            seen = seen or packet.stream.type == "video"
+            if seen and packet.stream.type == "audio" and packet.size:
+                out.append(bytes(packet))
+    return out
